@@ -1,0 +1,30 @@
+"""Shared command-line plumbing: the settings flags every command takes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from ..settings import Settings, load_settings
+
+
+def parser(prog: str, description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=description)
+    p.add_argument("--root", type=Path, help="package root (items/, frames/, results/, logs/); env POOL_ROOT")
+    p.add_argument("--results", type=Path, help="results root; default <root>/results/pool; env POOL_RESULTS")
+    p.add_argument("--redis-url", help="Redis URL; env REDIS_URL (password: REDIS_PASSWORD)")
+    p.add_argument("--protocol-file", type=Path, help="protocol JSON replacing the built-in v1")
+    return p
+
+
+def settings(args: argparse.Namespace, **extra: object) -> Settings:
+    return load_settings(
+        root=args.root, results=args.results, redis_url=args.redis_url, protocol_file=args.protocol_file, **extra
+    )
+
+
+def fail(msg: str, code: int = 2) -> NoReturn:
+    print(f"error: {msg}", file=sys.stderr)
+    raise SystemExit(code)

@@ -1,0 +1,214 @@
+"""Screening protocol v1: every rule that decides whether an item is removed, in one place.
+
+The wording, permutation scheme, frame rule, resolution, models and thresholds are data (a
+`Protocol` object, loadable from JSON), so the origin's exact prompt or seeds can be swapped in
+without touching code; any change yields a new fingerprint, and rows of different fingerprints
+are never mixed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+from collections.abc import Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+LN2 = math.log(2.0)
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+MAX_OPTIONS = len(LETTERS)
+
+
+class StepSpec(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    revision: str
+    served_name: str = Field(description="name the vLLM server serves the model under (not fingerprinted)")
+    frames: Literal["none", "middle", "uniform"]
+    n_frames: int = 0
+    n_orders: int = 1
+    min_hits: int = 1
+
+
+class Protocol(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str = "v1"
+    question_template: str = "{question}\n{options}\n{instruction}"
+    option_template: str = "{letter}. {text}"
+    instruction: str = "Answer with the option's letter from the given choices directly."
+    assistant_prefill: str = "Answer:"
+    permutation: Literal["cyclic", "seeded"] = "cyclic"
+    cyclic_shifts: tuple[int, ...] = (0, 1, 2, 3)
+    seeds: tuple[int, ...] = ()
+    image_long_side: int = 448
+    jpeg_quality: int = 95
+    top_logprobs: int = 20
+    margin_threshold: float = LN2
+    steps: dict[int, StepSpec] = Field(
+        default_factory=lambda: {
+            1: StepSpec(
+                model="Qwen/Qwen3-VL-8B-Instruct",
+                revision="0c351dd01ed87e9c1b53cbc748cba10e6187ff3b",
+                served_name="Qwen/Qwen3-VL-8B-Instruct",
+                frames="none",
+                n_orders=4,
+                min_hits=3,
+            ),
+            2: StepSpec(
+                model="Qwen/Qwen3-VL-8B-Instruct",
+                revision="0c351dd01ed87e9c1b53cbc748cba10e6187ff3b",
+                served_name="Qwen/Qwen3-VL-8B-Instruct",
+                frames="middle",
+                n_frames=1,
+            ),
+            3: StepSpec(
+                model="Qwen/Qwen3-VL-2B-Instruct",
+                revision="89644892e4d85e24eaac8bacfd4f463576704203",
+                served_name="Qwen/Qwen3-VL-2B-Instruct",
+                frames="uniform",
+                n_frames=32,
+            ),
+        }
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Protocol:
+        if sorted(self.steps) != [1, 2, 3]:
+            raise ValueError("a protocol defines steps 1, 2 and 3")
+        n1 = self.steps[1].n_orders
+        if self.permutation == "cyclic" and len(self.cyclic_shifts) != n1:
+            raise ValueError(f"cyclic_shifts needs {n1} entries (one per step-1 order)")
+        if self.permutation == "seeded" and len(self.seeds) != n1:
+            raise ValueError(f"seeds needs {n1} entries (one per step-1 order)")
+        return self
+
+    @classmethod
+    def load(cls, path: Path | None) -> Protocol:
+        """The built-in v1, or a protocol file (JSON) replacing it."""
+        if path is None:
+            return cls()
+        return cls.model_validate_json(path.read_text(encoding="utf-8"))
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """Hash over everything that changes what the model sees or how its answer is judged."""
+        data = self.model_dump(mode="json")
+        for spec in data["steps"].values():
+            spec.pop("served_name")
+        canon = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        return f"{self.name}-{hashlib.sha256(canon.encode()).hexdigest()[:16]}"
+
+    # ---- option orders -------------------------------------------------------------------------
+
+    def order(self, item_id: str, n: int, k: int) -> list[int]:
+        """Display order k of an item with n options: shown letter j holds original option order[j]."""
+        if self.permutation == "cyclic":
+            shift = self.cyclic_shifts[k] % n
+            return [(j + shift) % n for j in range(n)]
+        perm = list(range(n))
+        random.Random(f"{self.seeds[k]}:{item_id}").shuffle(perm)
+        return perm
+
+    def orders(self, step: int, item_id: str, n: int) -> list[list[int]]:
+        return [self.order(item_id, n, k) for k in range(self.steps[step].n_orders)]
+
+    # ---- request -------------------------------------------------------------------------------
+
+    def prompt_text(self, question: str, options: Sequence[str]) -> str:
+        lines = "\n".join(self.option_template.format(letter=LETTERS[i], text=t) for i, t in enumerate(options))
+        return self.question_template.format(question=question, options=lines, instruction=self.instruction)
+
+    def request_body(
+        self, step: int, question: str, options: Sequence[str], image_urls: Sequence[str] = ()
+    ) -> dict[str, Any]:
+        """The chat-completion body of one forward, exactly as protocol v1 fixes it."""
+        content: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": u}} for u in image_urls]
+        content.append({"type": "text", "text": self.prompt_text(question, options)})
+        return {
+            "model": self.steps[step].served_name,
+            "messages": [
+                {"role": "user", "content": content},
+                {"role": "assistant", "content": self.assistant_prefill},
+            ],
+            "continue_final_message": True,
+            "add_generation_prompt": False,
+            "max_tokens": 1,
+            "temperature": 0,
+            "logprobs": True,
+            "top_logprobs": self.top_logprobs,
+        }
+
+    # ---- frames --------------------------------------------------------------------------------
+
+    def frame_indices(self, step: int, n: int) -> list[int]:
+        """Indices into the naturally sorted frame list that a step sends."""
+        spec = self.steps[step]
+        if spec.frames == "none" or n <= 0:
+            return []
+        if spec.frames == "middle":
+            return [(n - 1) // 2]
+        m = spec.n_frames
+        if n < m:
+            return list(range(n))
+        return [round(i * (n - 1) / (m - 1)) for i in range(m)]
+
+    # ---- judging -------------------------------------------------------------------------------
+
+    def judge_forward(self, top: Sequence[tuple[str, float]], n_options: int, gold: int) -> Forward:
+        """Letter log-probabilities, pred and margin of one forward from its top-k list."""
+        if not top:
+            raise ValueError("response has an empty top_logprobs list")
+        floor = min(lp for _, lp in top)
+        per_letter: dict[str, list[float]] = {}
+        for tok, lp in top:
+            per_letter.setdefault(tok.strip(), []).append(lp)
+        lps: list[float] = []
+        floored: list[bool] = []
+        for i in range(n_options):
+            vals = per_letter.get(LETTERS[i])
+            floored.append(vals is None)
+            lps.append(floor if vals is None else _logsumexp(vals))
+        pred = max(range(n_options), key=lambda i: (lps[i], -i))
+        margin = lps[gold] - max(lp for i, lp in enumerate(lps) if i != gold)
+        return Forward(
+            logprobs=lps,
+            floored=floored,
+            pred=pred,
+            gold=gold,
+            margin=margin,
+            hit=pred == gold and not floored[gold],
+        )
+
+    def removed(self, step: int, forwards: Sequence[Forward]) -> bool:
+        """Step 1: >= min_hits orders right and mean margin > threshold; steps 2-3: hit and margin > t."""
+        spec = self.steps[step]
+        if len(forwards) != spec.n_orders:
+            raise ValueError(f"step {step} judges {spec.n_orders} forwards, got {len(forwards)}")
+        hits = sum(f.hit for f in forwards)
+        mean_margin = sum(f.margin for f in forwards) / len(forwards)
+        return hits >= spec.min_hits and mean_margin > self.margin_threshold
+
+
+class Forward(BaseModel):
+    """What one forward said about the letters (indices are letter positions in its order)."""
+
+    logprobs: list[float]
+    floored: list[bool]
+    pred: int
+    gold: int
+    margin: float
+    hit: bool
+
+
+def _logsumexp(vals: Sequence[float]) -> float:
+    if len(vals) == 1:
+        return vals[0]
+    m = max(vals)
+    return m + math.log(sum(math.exp(v - m) for v in vals))

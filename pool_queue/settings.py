@@ -1,0 +1,88 @@
+"""One settings object for every command: environment, `.env` and flags, in rising priority.
+
+The run package's knobs (NGPU, WORKERS, PORT0, GPU_UTIL, MAX_SEQS, PY, VLLM) keep their plain
+names so existing habits (`STEP=1 NGPU=2 bash run_remote.sh`) carry over; our own settings use the
+`POOL_` prefix. Secrets are `SecretStr`: printing the settings never shows them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+STEP_WORKERS_DEFAULT = {1: 32, 2: 16, 3: 8}
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_file=".env", env_prefix="POOL_", extra="ignore", populate_by_name=True
+    )
+
+    root: Path = Field(default=Path("pool"), description="package root: items/, frames/, results/, logs/")
+    results: Path | None = Field(default=None, description="results root; default <root>/results/pool")
+    logs: Path | None = Field(default=None, description="log folder; default <root>/logs")
+    redis_url: str = Field(
+        default="redis://127.0.0.1:6379/0", validation_alias=AliasChoices("POOL_REDIS_URL", "REDIS_URL")
+    )
+    redis_password: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("POOL_REDIS_PASSWORD", "REDIS_PASSWORD")
+    )
+    servers: Annotated[list[str], NoDecode] = Field(default_factory=list, description="vLLM base URLs")
+    vllm_api_key: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("POOL_VLLM_API_KEY", "VLLM_API_KEY")
+    )
+    hf_token: SecretStr | None = Field(default=None, validation_alias=AliasChoices("HF_TOKEN", "POOL_HF_TOKEN"))
+    protocol_file: Path | None = Field(default=None, description="protocol JSON replacing the built-in v1")
+
+    # The run package's launcher knobs, with its defaults.
+    ngpu: int | None = Field(default=None, validation_alias=AliasChoices("NGPU", "POOL_NGPU"), ge=0)
+    workers: int | None = Field(default=None, validation_alias=AliasChoices("WORKERS", "POOL_WORKERS"), ge=1)
+    port0: int = Field(default=8001, validation_alias=AliasChoices("PORT0", "POOL_PORT0"), ge=1, le=65535)
+    gpu_util: float = Field(default=0.85, validation_alias=AliasChoices("GPU_UTIL", "POOL_GPU_UTIL"), gt=0, le=1)
+    max_seqs: int = Field(default=64, validation_alias=AliasChoices("MAX_SEQS", "POOL_MAX_SEQS"), ge=1)
+    py: str = Field(default="python3", validation_alias=AliasChoices("PY", "POOL_PY"))
+    vllm: str = Field(default="vllm", validation_alias=AliasChoices("VLLM", "POOL_VLLM"))
+
+    # Worker behaviour.
+    max_attempts: int = Field(default=4, ge=1, description="attempts per forward for transient failures")
+    request_timeout_s: float = Field(default=120.0, gt=0)
+    chunk_size: int = Field(default=64, ge=1, le=10_000)
+
+    @field_validator("servers", mode="before")
+    @classmethod
+    def _split_servers(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return [s.strip().rstrip("/") for s in v.split(",") if s.strip()]
+        return v
+
+    @property
+    def items_dir(self) -> Path:
+        return self.root / "items"
+
+    @property
+    def frames_dir(self) -> Path:
+        return self.root / "frames" / "pool_frames"
+
+    @property
+    def results_dir(self) -> Path:
+        return self.results if self.results is not None else self.root / "results" / "pool"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.logs if self.logs is not None else self.root / "logs"
+
+    def step_workers(self, step: int) -> int:
+        """Requests in flight per GPU: WORKERS if set, else the run package's per-step default."""
+        return self.workers if self.workers is not None else STEP_WORKERS_DEFAULT[step]
+
+    def redis_kwargs(self) -> dict[str, Any]:
+        pw = self.redis_password.get_secret_value() if self.redis_password else None
+        return {"password": pw} if pw else {}
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Settings from env/.env with command-line overrides; flags left unset (None) do not override."""
+    return Settings(**{k: v for k, v in overrides.items() if v is not None})

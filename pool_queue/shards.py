@@ -1,0 +1,86 @@
+"""Frame tar shards: verify `frames_manifest.json` (sha256 per shard, n_videos) and extract.
+
+A shard whose checksum differs is refused before anything of it is unpacked; extraction uses
+tarfile's "data" filter, so a member cannot write outside the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tarfile
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from .progress import byte_progress
+
+MANIFEST = "frames_manifest.json"
+
+
+class Shard(BaseModel):
+    file: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    bytes: int | None = None
+
+
+class Manifest(BaseModel):
+    shards: list[Shard]
+    n_videos: int
+
+
+class ShardError(ValueError):
+    pass
+
+
+def read_manifest(tar_dir: Path) -> Manifest:
+    path = tar_dir / MANIFEST
+    if not path.is_file():
+        raise ShardError(f"{path} not found")
+    m = Manifest.model_validate_json(path.read_text(encoding="utf-8"))
+    for s in m.shards:
+        if "/" in s.file or "\\" in s.file or s.file.startswith("."):
+            raise ShardError(f"{path}: shard name {s.file!r} is not a plain file name")
+    return m
+
+
+def sha256_file(path: Path, advance: object = None) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+            if callable(advance):
+                advance(len(chunk))
+    return h.hexdigest()
+
+
+def verify(tar_dir: Path, manifest: Manifest | None = None, show: bool = True) -> Manifest:
+    """Raise ShardError naming every missing or mismatching shard."""
+    m = manifest or read_manifest(tar_dir)
+    missing = [s.file for s in m.shards if not (tar_dir / s.file).is_file()]
+    if missing:
+        raise ShardError(f"missing shard(s) in {tar_dir}: {', '.join(missing)}")
+    total = sum((tar_dir / s.file).stat().st_size for s in m.shards)
+    bad = []
+    with byte_progress("verify sha256", total, show) as advance:
+        for s in m.shards:
+            if sha256_file(tar_dir / s.file, advance) != s.sha256:
+                bad.append(s.file)
+    if bad:
+        raise ShardError(f"SHA256 MISMATCH: {', '.join(bad)} (re-download these shards)")
+    return m
+
+
+def extract(tar_dir: Path, frames_dir: Path, show: bool = True) -> int:
+    """Verify, then unpack every shard into the cache; returns the number of video folders there."""
+    m = verify(tar_dir, show=show)
+    frames_dir.mkdir(parents=True, exist_ok=True)
+    total = sum((tar_dir / s.file).stat().st_size for s in m.shards)
+    with byte_progress("extract", total, show) as advance:
+        for s in m.shards:
+            with tarfile.open(tar_dir / s.file) as tf:
+                tf.extractall(frames_dir, filter="data")
+            advance((tar_dir / s.file).stat().st_size)
+    n = sum(1 for p in frames_dir.iterdir() if p.is_dir())
+    if n != m.n_videos:
+        raise ShardError(f"{frames_dir} holds {n} video folders, manifest says n_videos={m.n_videos}")
+    return n

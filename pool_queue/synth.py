@@ -1,0 +1,236 @@
+"""A synthetic package root in the seed's layout, deterministic from a seed.
+
+`items/` (Parquet + CSV + JSONL parts), `frames/pool_frames/<video_id>/` (8..64 frames of varied
+size and format, some `k:` videos, some missing folders), `frames_tar/` (tar shards and
+`frames_manifest.json`). Gold answers and per-benchmark difficulty agree with the simulated model
+(`sim.model`), so a simulated screen removes known fractions per benchmark.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import random
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from PIL import Image
+
+from .protocol import LETTERS
+from .shards import MANIFEST
+from .sim.model import believed_option, blind_knowledge
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    n_options: tuple[int, int]  # inclusive range
+    band: tuple[float, float]  # blind-knowledge band of its questions
+
+
+BENCHMARKS = (
+    Benchmark("SynthNExTQA", (5, 5), (0.0, 1.0)),
+    Benchmark("SynthEgoSchema", (5, 5), (0.1, 1.0)),
+    Benchmark("SynthMVBench", (4, 4), (0.0, 0.95)),
+    Benchmark("SynthTempCompass", (2, 2), (0.0, 1.0)),
+    Benchmark("SynthVideoMME", (4, 4), (0.05, 1.0)),
+    Benchmark("SynthPerception", (3, 3), (0.0, 1.0)),
+    Benchmark("SynthLongVideo", (6, 10), (0.0, 1.0)),
+    Benchmark("SynthTrulyVisual", (4, 4), (0.0, 0.3)),
+    Benchmark("SynthBlindEasy", (4, 5), (0.93, 1.0)),
+    Benchmark("SynthCausal", (4, 6), (0.15, 1.0)),
+    Benchmark("SynthCounting", (4, 4), (0.0, 0.9)),
+    Benchmark("SynthYesNo", (2, 2), (0.05, 1.0)),
+)
+
+SUBJECTS = ("the man in the red shirt", "the woman", "the child", "the dog", "the chef", "the driver", "the player",
+            "the person on the left", "the cat", "the teacher", "the cyclist", "the robot arm")
+ACTIONS = (("opens", "open the door"), ("picks", "pick up the cup"), ("starts", "start running"),
+           ("sits", "sit down"), ("turns", "turn off the light"), ("waves", "wave at the camera"),
+           ("drops", "drop the ball"), ("enters", "enter the kitchen"), ("looks", "look at the phone"),
+           ("claps", "clap"))
+TEMPLATES = ("What does {s} do after {s2} {a}?", "Why does {s} {a0}?", "What happens right before {s} {a}?",
+             "Where is {s} when {s2} {a}?", "How many times does {s} {a0}?", "What is {s} holding when {s2} {a}?")
+ANSWERS = ("they leave the room", "they laugh", "a glass breaks", "on the sofa", "in the garden", "twice",
+           "three times", "a red umbrella", "they pick up a book", "the lights turn on", "they wave back",
+           "near the window", "a small box", "they start cooking", "once", "four times", "a blue bag",
+           "they sit down", "at the table", "a phone", "they run outside", "next to the car", "a newspaper",
+           "they close the door", "the music stops", "on the stairs", "a bicycle", "they shake hands")
+FRAME_FORMATS = (("jpeg448", 0.5), ("jpegbig", 0.3), ("png", 0.2))
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    n_items: int = 2000
+    n_videos: int = 300
+    seed: int = 0
+    k_fraction: float = 0.3  # videos not downloaded in this snapshot (video_id "k:...")
+    missing_fraction: float = 0.05  # videos whose frame folder is absent
+    frames: tuple[int, int] = (8, 64)
+    shard_videos: int = 100
+    bad_items: bool = False  # add a file of invalid items (one per validation rule)
+    corrupt_frames: int = 0  # frames overwritten with garbage or truncated
+
+
+@dataclass(frozen=True)
+class SynthSummary:
+    n_items: int
+    n_videos_with_frames: int
+    n_frames: int
+    n_shards: int
+
+
+def _question(rng: random.Random, band: tuple[float, float]) -> str:
+    for _ in range(10_000):
+        s, s2 = rng.sample(SUBJECTS, 2)
+        third, base = rng.choice(ACTIONS)
+        a = third + base[len(third) - 1 :] if " " in base else third
+        q = rng.choice(TEMPLATES).format(s=s, s2=s2, a=a, a0=base)
+        q = q[0].upper() + q[1:] + (f" (scene {rng.randrange(1000)})" if rng.random() < 0.7 else "")
+        if band[0] <= blind_knowledge(q) < band[1]:
+            return q
+    raise RuntimeError(f"no question found in band {band}")
+
+
+def _video_base(rng: random.Random, fmt: str, portrait: bool) -> Image.Image:
+    size = {"jpeg448": (448, rng.choice((252, 336))), "jpegbig": (854, 480), "png": (640, 360)}[fmt]
+    if portrait:
+        size = (size[1], size[0])
+    small = Image.new("RGB", (16, 9) if not portrait else (9, 16), tuple(rng.randrange(256) for _ in range(3)))
+    small.putpixel((3, 3), (255, 255, 255))
+    return small.resize(size, Image.Resampling.BILINEAR)
+
+
+def _frame_bytes(base: Image.Image, fmt: str, i: int) -> tuple[bytes, str]:
+    """The video's base picture with a moving marker, so frames differ and encode fast."""
+    im = base.copy()
+    x = (i * 23) % max(1, im.width - 24)
+    im.paste((255, 255 - (i * 7) % 256, 0), (x, 4, x + 20, 24))
+    out = io.BytesIO()
+    if fmt == "png":
+        im.save(out, format="PNG", compress_level=1)
+        return out.getvalue(), ".png"
+    im.save(out, format="JPEG", quality=85)
+    return out.getvalue(), ".jpg"
+
+
+def _write_frames(cfg: SynthConfig, rng: random.Random, frames_dir: Path, videos: list[str]) -> int:
+    n_frames = 0
+    weights = [w for _, w in FRAME_FORMATS]
+    for v in videos:
+        d = frames_dir / v
+        d.mkdir(parents=True)
+        fmt = rng.choices([f for f, _ in FRAME_FORMATS], weights)[0]
+        base = _video_base(rng, fmt, rng.random() < 0.1)
+        n = rng.randint(*cfg.frames)
+        padded = rng.random() < 0.5
+        for i in range(n):
+            data, suffix = _frame_bytes(base, fmt, i)
+            name = f"frame_{i:04d}{suffix}" if padded else f"frame_{i}{suffix}"
+            (d / name).write_bytes(data)
+        if rng.random() < 0.2:
+            (d / "info.txt").write_text("not a frame\n")
+        n_frames += n
+    return n_frames
+
+
+def _write_shards(frames_dir: Path, tar_dir: Path, videos: list[str], per_shard: int) -> int:
+    tar_dir.mkdir(parents=True)
+    shards = []
+    for s in range(0, len(videos), per_shard):
+        name = f"frames_{s // per_shard:03d}.tar"
+        with tarfile.open(tar_dir / name, "w") as tf:
+            for v in videos[s : s + per_shard]:
+                tf.add(frames_dir / v, arcname=v)
+        digest = hashlib.sha256((tar_dir / name).read_bytes()).hexdigest()
+        shards.append({"file": name, "sha256": digest, "bytes": (tar_dir / name).stat().st_size})
+    (tar_dir / MANIFEST).write_text(json.dumps({"shards": shards, "n_videos": len(videos)}, indent=1))
+    return len(shards)
+
+
+def _bad_rows() -> list[dict[str, object]]:
+    ok = {"benchmark": "SynthBad", "video_id": "vbad", "question": "Is it?", "options": ["yes", "no"], "answer": "A"}
+    return [
+        {**ok, "item_id": "bad-dup"}, {**ok, "item_id": "bad-dup"},
+        {**ok, "item_id": "bad-one-option", "options": ["only"]},
+        {**ok, "item_id": "bad-27-options", "options": [f"o{i}" for i in range(27)]},
+        {**ok, "item_id": "bad-empty-question", "question": "  "},
+        {**ok, "item_id": "bad-empty-option", "options": ["yes", ""]},
+        {**ok, "item_id": "bad-gold-letter", "answer": "C"},
+        {**ok, "item_id": "bad-gold-index", "answer": "7"},
+        {**ok, "item_id": "bad-video-dotdot", "video_id": "../etc"},
+        {**ok, "item_id": "bad-video-abs", "video_id": "/etc/passwd"},
+        {**ok, "item_id": "bad-video-sep", "video_id": "a/b"},
+        {**ok, "item_id": "bad-video-nul", "video_id": "v\x00x"},
+    ]
+
+
+def generate(root: Path, cfg: SynthConfig = SynthConfig()) -> SynthSummary:
+    """Write a fresh package root; refuses a folder that already holds items."""
+    items_dir, frames_dir, tar_dir = root / "items", root / "frames" / "pool_frames", root / "frames_tar"
+    if items_dir.exists():
+        raise FileExistsError(f"{items_dir} exists: generate into a new root")
+    rng = random.Random(cfg.seed)
+    n_bench = len(BENCHMARKS)
+    videos: list[tuple[str, int]] = []  # (video_id, benchmark index)
+    for i in range(cfg.n_videos):
+        b = i % n_bench
+        vid = f"k:yt{rng.getrandbits(40):010x}" if rng.random() < cfg.k_fraction else f"v{i:05d}_{BENCHMARKS[b].name[5:9].lower()}"
+        videos.append((vid, b))
+    rows: dict[str, list[object]] = {k: [] for k in ("item_id", "benchmark", "video_id", "question", "options", "answer")}
+    for i in range(cfg.n_items):
+        vid, b = videos[rng.randrange(len(videos))]
+        bench = BENCHMARKS[b]
+        q = _question(rng, bench.band)
+        n = rng.randint(*bench.n_options)
+        options = ["yes", "no"] if n == 2 and rng.random() < 0.8 else rng.sample(ANSWERS, n)
+        if n == 2 and rng.random() < 0.5:
+            options.reverse()
+        gold = believed_option(q, options)
+        for k, v in (("item_id", f"{bench.name[5:].lower()}-{i:06d}"), ("benchmark", bench.name), ("video_id", vid),
+                     ("question", q), ("options", options), ("answer", LETTERS[gold])):
+            rows[k].append(v)
+    items_dir.mkdir(parents=True)
+    table = pa.table(rows)
+    cut1, cut2 = int(cfg.n_items * 0.8), int(cfg.n_items * 0.9)
+    pq.write_table(table.slice(0, cut1), items_dir / "pool_items.parquet")
+    csv_part = table.slice(cut1, cut2 - cut1).to_pylist()
+    _write_csv(items_dir / "pool_items_extra.csv", csv_part)
+    with (items_dir / "pool_items_late.jsonl").open("w") as f:
+        for r in table.slice(cut2).to_pylist():
+            r["answer"] = LETTERS.index(str(r["answer"]))  # index form of the gold answer
+            f.write(json.dumps(r) + "\n")
+    if cfg.bad_items:
+        with (items_dir / "bad_items.jsonl").open("w") as f:
+            for r in _bad_rows():
+                f.write(json.dumps(r) + "\n")
+    with_frames = [v for v, _ in videos if not v.startswith("k:") and rng.random() >= cfg.missing_fraction]
+    with_frames = sorted(set(with_frames))
+    n_frames = _write_frames(cfg, rng, frames_dir, with_frames)
+    n_shards = _write_shards(frames_dir, tar_dir, with_frames, cfg.shard_videos)
+    _corrupt(rng, frames_dir, with_frames, cfg.corrupt_frames)
+    (root / "results" / "pool").mkdir(parents=True)
+    (root / "logs").mkdir()
+    return SynthSummary(cfg.n_items, len(with_frames), n_frames, n_shards)
+
+
+def _write_csv(path: Path, rows: list[dict[str, object]]) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["item_id", "benchmark", "video_id", "question", "options", "answer"])
+        w.writeheader()
+        for r in rows:
+            w.writerow({**r, "options": json.dumps(r["options"])})
+
+
+def _corrupt(rng: random.Random, frames_dir: Path, videos: list[str], n: int) -> None:
+    """After the shards are written, so extraction tests stay clean; only the cache is damaged."""
+    for k, v in enumerate(rng.sample(videos, min(n, len(videos)))):
+        files = sorted((frames_dir / v).iterdir())
+        for f in files:
+            if f.suffix in (".jpg", ".png"):
+                f.write_bytes(b"garbage, not an image" if k % 2 == 0 else f.read_bytes()[:200])
