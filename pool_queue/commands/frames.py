@@ -1,0 +1,26 @@
+"""pool-frames: verify frames_manifest.json (sha256 per shard) and extract the tar shards into the cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..shards import ShardError, extract, verify
+from ._cli import fail, parser, settings
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = parser("pool-frames", __doc__ or "")
+    p.add_argument("--tars", type=Path, help="folder with the shards and frames_manifest.json (default <root>/frames_tar)")
+    p.add_argument("--verify-only", action="store_true", help="check checksums, extract nothing")
+    a = p.parse_args(argv)
+    s = settings(a)
+    tars = a.tars or s.root / "frames_tar"
+    try:
+        if a.verify_only:
+            m = verify(tars)
+            print(f"{len(m.shards)} shards OK ({m.n_videos} videos)")
+        else:
+            n = extract(tars, s.frames_dir)
+            print(f"extracted {n} video folders into {s.frames_dir}")
+    except ShardError as e:
+        fail(str(e))

@@ -1,0 +1,42 @@
+"""pool-items: load and validate the item table; print rejected items, optionally write them to a file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+from rich.console import Console
+from rich.table import Table
+
+from ..items import ItemsError, load_items
+from ._cli import fail, parser, settings
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = parser("pool-items", __doc__ or "")
+    p.add_argument("--report", type=Path, help="write the rejected items (item_id, source, row, reason) as CSV here")
+    p.add_argument("--show", type=int, default=50, help="rejected rows to print (default 50)")
+    a = p.parse_args(argv)
+    s = settings(a)
+    try:
+        items = load_items(s.items_dir)
+    except ItemsError as e:
+        fail(str(e))
+    con = Console()
+    per_bench = items.items.group_by("benchmark").aggregate([("item_id", "count")]).sort_by("benchmark")
+    t = Table("benchmark", "items", title=f"{items.items.num_rows} valid of {items.n_read} read from {s.items_dir}")
+    for b, n in zip(per_bench.column("benchmark").to_pylist(), per_bench.column("item_id_count").to_pylist(), strict=True):
+        t.add_row(b, str(n))
+    con.print(t)
+    rej = items.rejected
+    if rej.num_rows:
+        r = Table("item_id", "source", "row", "reason", title=f"{rej.num_rows} rejected items")
+        for row in rej.slice(0, a.show).to_pylist():
+            r.add_row(repr(row["item_id"]), row["source"], str(row["row"]), row["reason"])
+        con.print(r)
+        reasons = pc.value_counts(rej.column("reason")).to_pylist()
+        con.print("by reason: " + ", ".join(f"{d['values']}: {d['counts']}" for d in reasons))
+    if a.report is not None:
+        pacsv.write_csv(rej, a.report)
+        con.print(f"rejected items written to {a.report}")

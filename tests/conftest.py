@@ -1,0 +1,27 @@
+"""Shared fixtures: a synthetic package root (made once per session) and a real redis-server."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pool_queue.synth import SynthConfig, generate
+
+
+@pytest.fixture(scope="session")
+def small_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small pool (read-only by convention: copy it before writing results)."""
+    root = tmp_path_factory.mktemp("pool") / "root"
+    generate(root, SynthConfig(n_items=240, n_videos=60, seed=3, frames=(8, 40), shard_videos=25))
+    return root
+
+
+@pytest.fixture()
+def pool_root(small_root: Path, tmp_path: Path) -> Iterator[Path]:
+    """A private copy of the small pool whose results/ and logs/ a test may write."""
+    root = tmp_path / "root"
+    shutil.copytree(small_root, root, symlinks=True)
+    yield root
