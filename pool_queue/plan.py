@@ -1,0 +1,71 @@
+"""What a step still needs: eligible(N) per protocol v1, minus what the store already settled,
+minus what Redis already holds. All set operations are pyarrow column operations."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .store import Store
+
+MAX_ITEM_RUNS = 3  # a later run re-attempts transient error rows until an item has this many
+
+
+def frame_videos(frames_dir: Path) -> pa.Array:
+    """Names of the video folders in the frame cache (one directory listing, not one stat per item)."""
+    if not frames_dir.is_dir():
+        return pa.array([], pa.string())
+    with os.scandir(frames_dir) as it:
+        return pa.array([e.name for e in it if e.is_dir()], pa.string())
+
+
+def survivors(store: Store, step: int) -> pa.Array:
+    """Items whose step-`step` row is ok and not removed."""
+    w = store.winners(step)
+    keep = pc.and_(pc.equal(w.column("status"), "ok"), pc.invert(pc.fill_null(w.column("removed"), True)))
+    return pc.filter(w.column("item_id"), keep).combine_chunks()
+
+
+def eligible(step: int, items: pa.Table, store: Store, frames_dir: Path) -> pa.Table:
+    """Step 1: every valid item; step 2: step-1 survivors with frames; step 3: step-2 survivors."""
+    cols = items.select(["item_id", "benchmark", "video_id"])
+    if step == 1:
+        return cols
+    alive = pc.is_in(cols.column("item_id"), value_set=survivors(store, step - 1))
+    if step == 2:
+        alive = pc.and_(alive, pc.is_in(cols.column("video_id"), value_set=frame_videos(frames_dir)))
+    return cols.filter(alive)
+
+
+@dataclass(frozen=True)
+class Plan:
+    step: int
+    eligible: pa.Table
+    settled: int  # eligible items the store needs nothing more for
+    pending: int  # eligible items already queued or running
+    remaining: pa.Table  # to enqueue now
+
+    def by_benchmark(self) -> list[tuple[str, int, int]]:
+        """(benchmark, eligible, remaining) rows, sorted by benchmark."""
+        def counts(t: pa.Table) -> dict[str, int]:
+            g = t.group_by("benchmark").aggregate([("item_id", "count")])
+            return dict(zip(g.column("benchmark").to_pylist(), g.column("item_id_count").to_pylist(), strict=True))
+
+        e, r = counts(self.eligible), counts(self.remaining)
+        return [(b, e[b], r.get(b, 0)) for b in sorted(e)]
+
+
+def make_plan(step: int, items: pa.Table, store: Store, frames_dir: Path, pending_ids: list[str]) -> Plan:
+    elig = eligible(step, items, store, frames_dir)
+    ids = elig.column("item_id")
+    settled = pc.is_in(ids, value_set=store.final_ids(step, MAX_ITEM_RUNS))
+    pending = pc.and_(pc.invert(settled), pc.is_in(ids, value_set=pa.array(pending_ids, pa.string())))
+    todo = pc.invert(pc.or_(settled, pending))
+    remaining = elig.filter(todo)
+    if step > 1:
+        remaining = remaining.sort_by([("video_id", "ascending"), ("item_id", "ascending")])  # frame-cache locality
+    return Plan(step, elig, pc.sum(settled).as_py() or 0, pc.sum(pending).as_py() or 0, remaining)

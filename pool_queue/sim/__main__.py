@@ -1,0 +1,69 @@
+"""pool-sim: a vLLM-compatible server with a simulated Qwen3-VL model (no GPU needed)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import logging
+import sys
+import time
+from pathlib import Path
+
+from aiohttp import web
+
+from .faults import FaultPlan, parse_rates, parse_schedule
+from .model import PROFILES
+from .server import SimConfig, SimServer
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pool-sim", description=__doc__)
+    p.add_argument("--profile", choices=sorted(PROFILES), default="qwen3-vl-8b")
+    p.add_argument("--served-model-name", help="default: the profile's hub id")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8001)
+    p.add_argument("--max-num-seqs", type=int, default=64)
+    p.add_argument("--max-logprobs", type=int, default=20)
+    p.add_argument("--limit-images", type=int, default=32, help="as --limit-mm-per-prompt '{\"image\": N}'")
+    p.add_argument("--max-model-len", type=int)
+    p.add_argument("--api-key", help="require this bearer key on /v1/* (env VLLM_API_KEY also works)")
+    p.add_argument("--warmup-s", type=float, default=0.0, help="/health answers 503 for this long")
+    p.add_argument("--startup-delay-s", type=float, default=0.0, help="do not even listen for this long")
+    p.add_argument("--zero-latency", action="store_true", help="answer at once (client-overhead benchmarks)")
+    p.add_argument("--speed", type=float, default=1.0, help="run the capacity model this many times faster")
+    p.add_argument("--old-errors", action="store_true", help="flat error bodies, as vLLM before 0.10.1")
+    p.add_argument("--faults", default="", help="rates, e.g. '500:0.01,hang:0.002,reset:0.01'")
+    p.add_argument("--fault-schedule", default="", help="request numbers, e.g. '5:503,10-12:reset'")
+    p.add_argument("--fault-seed", type=int, default=0)
+    p.add_argument("--hang-s", type=float, default=3600.0)
+    p.add_argument("--exit-after", type=int, help="crash (exit 3) when this request arrives")
+    p.add_argument("--engine-dead", action="store_true", help="/health 503 and every request 503")
+    p.add_argument("--log", type=Path, help="log file (default: stderr)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = build_parser().parse_args(argv)
+    logging.basicConfig(filename=a.log, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    prof = PROFILES[a.profile]
+    try:
+        faults = FaultPlan(seed=a.fault_seed, rates=parse_rates(a.faults), schedule=parse_schedule(a.fault_schedule))
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from e
+    cfg = SimConfig(profile=prof, served_name=a.served_model_name or prof.model, max_num_seqs=a.max_num_seqs,
+                    max_logprobs=a.max_logprobs, max_images=a.limit_images, max_model_len=a.max_model_len,
+                    api_key=a.api_key or os.environ.get("VLLM_API_KEY") or None, warmup_s=a.warmup_s,
+                    zero_latency=a.zero_latency, speed=a.speed, old_errors=a.old_errors, exit_after=a.exit_after,
+                    hang_s=a.hang_s, faults=faults)
+    if a.startup_delay_s:
+        time.sleep(a.startup_delay_s)
+    server = SimServer(cfg)
+    server.engine_dead = a.engine_dead
+    logging.info("pool-sim %s serving %s on %s:%d (max_num_seqs=%d, zero_latency=%s, faults=%s)", prof.name,
+                 cfg.served_name, a.host, a.port, cfg.max_num_seqs, cfg.zero_latency, a.faults or "none")
+    web.run_app(server.app(), host=a.host, port=a.port, access_log=None, print=None)
+
+
+if __name__ == "__main__":
+    main()

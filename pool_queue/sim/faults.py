@@ -1,0 +1,66 @@
+"""Fault injection, reproducible from a seed.
+
+A fault is chosen from the request's content and how many times that content has been seen, not
+from arrival order, so the same client run meets the same faults whatever the interleaving; a
+retry of a faulted request (a new sighting) draws again. A schedule names request numbers
+(arrival order) for faults that must happen at a known point of a run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass, field
+
+KINDS = ("500", "503", "429", "hang", "reset", "malformed", "nologprobs")
+
+
+def parse_rates(spec: str) -> dict[str, float]:
+    """'500:0.01,hang:0.002' -> {'500': 0.01, 'hang': 0.002}."""
+    rates: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        kind, _, rate = part.partition(":")
+        if kind not in KINDS:
+            raise ValueError(f"unknown fault {kind!r}; known: {', '.join(KINDS)}")
+        rates[kind] = float(rate)
+    if sum(rates.values()) > 1:
+        raise ValueError("fault rates add up to more than 1")
+    return rates
+
+
+def parse_schedule(spec: str) -> dict[int, str]:
+    """'5:503,6-9:reset' -> {5: '503', 6: 'reset', ..., 9: 'reset'} (1-based request numbers)."""
+    out: dict[int, str] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        span, _, kind = part.partition(":")
+        if kind not in KINDS:
+            raise ValueError(f"unknown fault {kind!r}; known: {', '.join(KINDS)}")
+        lo, _, hi = span.partition("-")
+        for n in range(int(lo), int(hi or lo) + 1):
+            out[n] = kind
+    return out
+
+
+@dataclass
+class FaultPlan:
+    seed: int = 0
+    rates: dict[str, float] = field(default_factory=dict)
+    schedule: dict[int, str] = field(default_factory=dict)
+    _seen: Counter[bytes] = field(default_factory=Counter)
+    _arrivals: int = 0
+
+    def draw(self, body: bytes) -> str | None:
+        self._arrivals += 1
+        if self._arrivals in self.schedule:
+            return self.schedule[self._arrivals]
+        if not self.rates:
+            return None
+        key = hashlib.blake2b(body, digest_size=12).digest()
+        self._seen[key] += 1
+        h = hashlib.blake2b(key + f"{self.seed}:{self._seen[key]}".encode(), digest_size=8).digest()
+        u = int.from_bytes(h, "big") / 2**64
+        for kind, rate in self.rates.items():
+            if u < rate:
+                return kind
+            u -= rate
+        return None

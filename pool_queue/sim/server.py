@@ -1,0 +1,225 @@
+"""A vLLM-compatible OpenAI server with a simulated model (aiohttp; orjson on the hot path).
+
+Answers our requests the way vLLM does (shape, validation, errors, /health, /v1/models,
+/metrics) with a capacity model: at most `max_num_seqs` requests run at once, each for a time
+proportional to its prompt tokens, the rest wait, as on a GPU. Zero-latency mode skips the
+capacity model so client overhead can be measured alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from .checks import Limits, Parsed, SimError, check
+from .faults import FaultPlan
+from .model import Profile, answer
+
+
+@dataclass
+class SimConfig:
+    profile: Profile
+    served_name: str
+    max_num_seqs: int = 64
+    max_logprobs: int = 20
+    max_images: int = 32
+    max_model_len: int | None = None
+    api_key: str | None = None
+    warmup_s: float = 0.0
+    zero_latency: bool = False
+    speed: float = 1.0  # >1 runs the capacity model faster than the profile says
+    old_errors: bool = False
+    exit_after: int | None = None
+    hang_s: float = 3600.0
+    faults: FaultPlan = field(default_factory=FaultPlan)
+
+
+@dataclass
+class Stats:
+    running: int = 0
+    waiting: int = 0
+    prompt_tokens: int = 0
+    prefix_queries: int = 0
+    prefix_hits: int = 0
+    success: int = 0
+    requests: int = 0
+    running_seconds: float = 0.0  # integral of `running` over time: mean occupancy = d(this)/dt
+    _mark: float = field(default_factory=time.monotonic)
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        self.running_seconds += self.running * (now - self._mark)
+        self._mark = now
+
+
+def snapshot_path(model: str, revision: str) -> str:
+    """Where huggingface_hub keeps a pinned snapshot; vLLM reports it as the model's root."""
+    return f"/root/.cache/huggingface/hub/models--{model.replace('/', '--')}/snapshots/{revision}"
+
+
+class SimServer:
+    def __init__(self, cfg: SimConfig) -> None:
+        self.cfg = cfg
+        self.limits = Limits(cfg.served_name, cfg.max_logprobs, cfg.max_images,
+                             cfg.max_model_len or cfg.profile.max_model_len)
+        self.stats = Stats()
+        self.started = time.time()
+        self.created = int(self.started)
+        self.engine_dead = False
+        self._slots = asyncio.Semaphore(cfg.max_num_seqs)
+        self._prefixes: OrderedDict[bytes, None] = OrderedDict()
+        self._models = orjson.dumps({"object": "list", "data": [{
+            "id": cfg.served_name, "object": "model", "created": self.created, "owned_by": "vllm",
+            "root": snapshot_path(cfg.profile.model, cfg.profile.revision), "parent": None,
+            "max_model_len": self.limits.max_model_len, "permission": []}]})
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/_sim/mode", self.mode)
+        return app
+
+    # ---- endpoints ----------------------------------------------------------------------------
+
+    def _ready(self) -> bool:
+        return not self.engine_dead and time.time() - self.started >= self.cfg.warmup_s
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200 if self._ready() else 503)
+
+    async def models(self, request: web.Request) -> web.Response:
+        if (denied := self._auth(request)) is not None:
+            return denied
+        return web.Response(body=self._models, content_type="application/json")
+
+    async def mode(self, request: web.Request) -> web.Response:
+        """Test hook: switch engine-dead mode at run time."""
+        body = orjson.loads(await request.read())
+        self.engine_dead = bool(body.get("engine_dead", self.engine_dead))
+        return web.json_response({"engine_dead": self.engine_dead})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        s = self.stats
+        s.tick()
+        label = f'{{model_name="{self.cfg.served_name}"}}'
+        lines = [
+            f"vllm:num_requests_running{label} {s.running}",
+            f"vllm:num_requests_waiting{label} {s.waiting}",
+            f"vllm:prompt_tokens_total{label} {s.prompt_tokens}",
+            f"vllm:prefix_cache_queries_total{label} {s.prefix_queries}",
+            f"vllm:prefix_cache_hits_total{label} {s.prefix_hits}",
+            f'vllm:request_success_total{{finished_reason="length",model_name="{self.cfg.served_name}"}} {s.success}',
+            f"pool_sim:requests_total{label} {s.requests}",
+            f"pool_sim:running_seconds_total{label} {s.running_seconds:.6f}",
+        ]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        if (denied := self._auth(request)) is not None:
+            return denied
+        raw = await request.read()
+        self.stats.requests += 1
+        if self.cfg.exit_after is not None and self.stats.requests >= self.cfg.exit_after:
+            os._exit(3)  # a crash, not a shutdown: in-flight requests see the connection drop
+        if not self._ready():
+            return self._error(SimError(503, "The engine is not ready or has died.", "ServiceUnavailableError"))
+        fault = self.cfg.faults.draw(raw)
+        if fault in ("500", "503", "429"):
+            return self._error(SimError(int(fault), f"injected fault {fault}", "InternalServerError"))
+        if fault == "hang":
+            await asyncio.sleep(self.cfg.hang_s)
+        try:
+            parsed = check(orjson.loads(raw), self.limits)
+        except orjson.JSONDecodeError as e:
+            return self._error(SimError(400, f"JSON decode error: {e}"))
+        except SimError as e:
+            return self._error(e)
+        await self._run(parsed)
+        if fault == "reset":
+            resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json",
+                                                           "Content-Length": "4096"})
+            await resp.prepare(request)
+            await resp.write(b'{"id": "chatcmpl-')
+            if request.transport is not None:
+                request.transport.abort()
+            return resp
+        if fault == "malformed":
+            return web.Response(body=b'{"id": "chatcmpl-x", "choices": [{"index": 0, "logpro', status=200,
+                                content_type="application/json")
+        return web.Response(body=self._completion(raw, parsed, with_logprobs=fault != "nologprobs"),
+                            content_type="application/json")
+
+    # ---- pieces -------------------------------------------------------------------------------
+
+    def _auth(self, request: web.Request) -> web.Response | None:
+        key = self.cfg.api_key
+        if key is None or request.headers.get("Authorization") == f"Bearer {key}":
+            return None
+        return web.Response(status=401, body=b'{"error": "Unauthorized"}', content_type="application/json")
+
+    def _error(self, e: SimError) -> web.Response:
+        err = {"message": e.message, "type": e.etype, "param": e.param, "code": e.status}
+        body = {"object": "error", **err} if self.cfg.old_errors else {"error": err}
+        return web.Response(status=e.status, body=orjson.dumps(body), content_type="application/json")
+
+    async def _run(self, p: Parsed) -> None:
+        s = self.stats
+        s.prompt_tokens += p.prompt_tokens
+        s.prefix_queries += p.prompt_tokens
+        key = hashlib.blake2b(p.text.split("\nA. ", 1)[0].encode() + bytes([p.n_images]), digest_size=12).digest()
+        if key in self._prefixes:
+            s.prefix_hits += p.prefix_tokens
+            self._prefixes.move_to_end(key)
+        else:
+            self._prefixes[key] = None
+            if len(self._prefixes) > 4096:
+                self._prefixes.popitem(last=False)
+        if self.cfg.zero_latency:
+            s.success += 1
+            return
+        prof = self.cfg.profile
+        busy = (prof.base_latency_s + p.prompt_tokens * self.cfg.max_num_seqs / prof.tokens_per_s) / self.cfg.speed
+        s.waiting += 1
+        async with self._slots:
+            s.waiting -= 1
+            s.tick()
+            s.running += 1
+            try:
+                await asyncio.sleep(busy)
+            finally:
+                s.tick()
+                s.running -= 1
+        s.success += 1
+
+    def _completion(self, raw: bytes, p: Parsed, with_logprobs: bool) -> bytes:
+        top = answer(self.cfg.profile, p.text, p.n_images, max(p.top_k, 1))
+        tok, lp = top[0]
+        entries = [{"token": t, "logprob": v, "bytes": list(t.encode())} for t, v in top[: p.top_k]]
+        logprobs: Any = None
+        if with_logprobs:
+            logprobs = {"content": [{"token": tok, "logprob": lp, "bytes": list(tok.encode()),
+                                     "top_logprobs": entries}]}
+        rid = hashlib.blake2b(raw, digest_size=16).hexdigest()
+        return orjson.dumps({
+            "id": f"chatcmpl-{rid}", "object": "chat.completion", "created": self.created,
+            "model": self.cfg.served_name,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": tok, "refusal": None,
+                                                 "annotations": None, "audio": None, "function_call": None,
+                                                 "tool_calls": [], "reasoning": None},
+                         "logprobs": logprobs, "finish_reason": "length", "stop_reason": None, "token_ids": None}],
+            "service_tier": None, "system_fingerprint": None,
+            "usage": {"prompt_tokens": p.prompt_tokens, "total_tokens": p.prompt_tokens + 1, "completion_tokens": 1,
+                      "prompt_tokens_details": None},
+            "prompt_logprobs": None, "prompt_token_ids": None, "kv_transfer_params": None,
+        })

@@ -1,0 +1,238 @@
+"""The simulated vLLM server, over real HTTP on loopback."""
+
+import asyncio
+import base64
+import io
+import time
+
+import httpx
+import pytest
+from PIL import Image
+
+from pool_queue.items import load_items
+from pool_queue.procs import Procs, free_port, wait_health
+from pool_queue.protocol import Protocol
+from pool_queue.sim.model import PROFILES, answer
+
+P = Protocol()
+CHAT = "/v1/chat/completions"
+
+
+def jpeg_url(size=(448, 252)) -> str:
+    out = io.BytesIO()
+    Image.new("RGB", size, 90).save(out, format="JPEG")
+    return "data:image/jpeg;base64," + base64.b64encode(out.getvalue()).decode()
+
+
+@pytest.fixture(scope="module")
+def procs(tmp_path_factory):
+    with Procs(tmp_path_factory.mktemp("simlogs")) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def sim(procs):
+    url = procs.sim("sim-main", free_port(), "--zero-latency", "--max-model-len", "4096")
+    wait_health(url, 20)
+    return url
+
+
+@pytest.fixture(scope="module")
+def keyed(procs):
+    url = procs.sim("sim-key", free_port(), "--zero-latency", "--api-key", "s3cret", "--old-errors")
+    wait_health(url, 20)
+    return url
+
+
+def body(**over):
+    b = P.request_body(1, "What does the dog do?", ["runs", "sits", "barks"])
+    b.update(over)
+    return b
+
+
+def post(url, b, **kw):
+    return httpx.post(url + CHAT, json=b, timeout=10, **kw)
+
+
+def test_models_and_health(sim):
+    assert httpx.get(sim + "/health").status_code == 200
+    m = httpx.get(sim + "/v1/models").json()["data"][0]
+    assert m["id"] == "Qwen/Qwen3-VL-8B-Instruct" and m["object"] == "model" and m["max_model_len"] == 4096
+    assert m["root"].endswith("/snapshots/0c351dd01ed87e9c1b53cbc748cba10e6187ff3b")
+
+
+def test_response_shape_matches_vllm(sim):
+    r = post(sim, body())
+    assert r.status_code == 200
+    j = r.json()
+    assert {"id", "object", "created", "model", "choices", "usage", "system_fingerprint"} <= j.keys()
+    ch = j["choices"][0]
+    assert ch["finish_reason"] == "length" and ch["message"]["role"] == "assistant"
+    c0 = ch["logprobs"]["content"][0]
+    top = c0["top_logprobs"]
+    assert len(top) == 20 and top[0]["token"] == c0["token"] == ch["message"]["content"]
+    assert top[0]["logprob"] == max(t["logprob"] for t in top)  # sampled token first
+    assert [t["logprob"] for t in top] != sorted((t["logprob"] for t in top), reverse=True)  # rest not sorted
+    assert all(t["bytes"] == list(t["token"].encode()) and t["logprob"] >= -9999.0 for t in top)
+    assert any(t["token"].startswith(" ") and t["token"].strip() in "ABC" for t in top)
+    assert j["usage"]["prompt_tokens"] > 0 and j["usage"]["completion_tokens"] == 1
+
+
+def test_same_request_same_bytes(sim):
+    assert post(sim, body()).content == post(sim, body()).content
+    other = P.request_body(1, "What does the dog do?", ["sits", "barks", "runs"])["messages"]
+    assert post(sim, body()).content != post(sim, body(messages=other)).content
+
+
+@pytest.mark.parametrize(
+    ("over", "status", "text"),
+    [
+        ({"continue_final_message": True, "add_generation_prompt": True}, 400, "Cannot set both"),
+        ({"add_generation_prompt": None}, 400, "Cannot set both"),  # vLLM's default is true
+        ({"top_logprobs": 21}, 400, "greater than max allowed: 20"),
+        ({"logprobs": False}, 400, "`logprobs` must be set to true"),
+        ({"model": "nope"}, 404, "The model `nope` does not exist"),
+    ],
+)
+def test_validation_like_vllm(sim, over, status, text):
+    b = body(**over)
+    if over.get("add_generation_prompt", 0) is None:
+        b.pop("add_generation_prompt")
+    r = post(sim, b)
+    assert r.status_code == status
+    err = r.json()["error"]
+    assert text in err["message"] and {"message", "type", "param", "code"} <= err.keys()
+
+
+def test_images_limits_decoding_and_context(sim):
+    url = jpeg_url()
+    ok = post(sim, P.request_body(3, "Q?", ["a", "b"], [url] * 32) | {"model": "Qwen/Qwen3-VL-8B-Instruct"})
+    assert ok.status_code == 200 and ok.json()["usage"]["prompt_tokens"] >= 32 * 112
+    one = post(sim, P.request_body(2, "Q?", ["a", "b"], [url])).json()["usage"]["prompt_tokens"]
+    none = post(sim, P.request_body(2, "Q?", ["a", "b"])).json()["usage"]["prompt_tokens"]
+    assert one - none == 112
+    r = post(sim, P.request_body(2, "Q?", ["a", "b"], [url] * 33))
+    assert r.status_code == 400 and "At most 32 image(s)" in r.json()["error"]["message"]
+    r = post(sim, P.request_body(2, "Q?", ["a", "b"], ["data:image/jpeg;base64," + base64.b64encode(b"junk").decode()]))
+    assert r.status_code == 400 and "Failed to load image" in r.json()["error"]["message"]
+    r = post(sim, P.request_body(2, "Q? " * 6000, ["a", "b"]))
+    assert r.status_code == 400 and "maximum context length is 4096" in r.json()["error"]["message"]
+
+
+def test_api_key_and_old_error_form(keyed):
+    assert httpx.get(keyed + "/v1/models").status_code == 401
+    assert httpx.get(keyed + "/health").status_code == 200
+    assert httpx.get(keyed + "/v1/models", headers={"Authorization": "Bearer wrong"}).json() == {"error": "Unauthorized"}
+    auth = {"Authorization": "Bearer s3cret"}
+    assert post(keyed, body(), headers=auth).status_code == 200
+    r = post(keyed, body(model="x"), headers=auth)
+    assert r.status_code == 404 and r.json()["object"] == "error" and "does not exist" in r.json()["message"]
+
+
+def test_removal_profile_over_generated_pool(small_root):
+    """Direct use of the model: step 1 removes a minority mostly, ~0 and ~100 % where planted."""
+    items = load_items(small_root / "items").items.to_pylist()
+    rates: dict[str, list[int]] = {}
+    for it in items:
+        fws = []
+        for order in P.orders(1, it["item_id"], it["n_options"]):
+            top = answer(PROFILES["qwen3-vl-8b"], P.prompt_text(it["question"], [it["options"][i] for i in order]), 0, 20)
+            fws.append(P.judge_forward(top, it["n_options"], order.index(it["gold"])))
+        rates.setdefault(it["benchmark"], []).append(P.removed(1, fws))
+    frac = {b: sum(v) / len(v) for b, v in rates.items()}
+    assert frac["SynthBlindEasy"] > 0.9 and frac["SynthTrulyVisual"] < 0.05
+    typical = [f for b, f in frac.items() if b not in ("SynthBlindEasy", "SynthTrulyVisual")]
+    assert sum(0.1 <= f <= 0.65 for f in typical) >= len(typical) - 2
+
+
+def test_images_raise_accuracy_and_position_bias(small_root):
+    items = load_items(small_root / "items").items.to_pylist()
+    prof = PROFILES["qwen3-vl-8b"]
+
+    def acc(n_img):
+        hits = 0
+        for it in items:
+            f = P.judge_forward(answer(prof, P.prompt_text(it["question"], it["options"]), n_img, 20), it["n_options"], it["gold"])
+            hits += f.hit
+        return hits / len(items)
+
+    assert acc(32) > acc(1) > acc(0)
+    preds = [P.judge_forward(answer(prof, P.prompt_text("neutral %d" % i, ["p", "q", "r", "s"]), 0, 20), 4, 0).pred
+             for i in range(400)]
+    assert preds.count(0) > preds.count(3) * 1.2
+
+
+@pytest.mark.parametrize("kind", ["500", "503", "429"])
+def test_status_faults(procs, kind):
+    url = procs.sim(f"sim-f{kind}", free_port(), "--zero-latency", "--fault-schedule", f"2:{kind}")
+    wait_health(url, 20)
+    assert post(url, body()).status_code == 200
+    assert post(url, body()).status_code == int(kind)
+    assert post(url, body()).status_code == 200
+
+
+def test_transport_faults(procs):
+    url = procs.sim("sim-ft", free_port(), "--zero-latency", "--hang-s", "30",
+                    "--fault-schedule", "1:hang,2:reset,3:malformed,4:nologprobs")
+    wait_health(url, 20)
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(url + CHAT, json=body(), timeout=0.5)
+    with pytest.raises(httpx.RemoteProtocolError):
+        post(url, body())
+    r = post(url, body())
+    with pytest.raises(ValueError):
+        r.json()
+    assert post(url, body()).json()["choices"][0]["logprobs"] is None
+
+
+def test_fault_rates_are_reproducible(procs):
+    def run():
+        url = procs.sim("sim-fr", free_port(), "--zero-latency", "--faults", "500:0.3", "--fault-seed", "7")
+        wait_health(url, 20)
+        codes = [post(url, body(messages=P.request_body(1, f"q{i}", ["a", "b"])["messages"])).status_code
+                 for i in range(40)]
+        procs.stop("sim-fr")
+        return codes
+
+    a, b = run(), run()
+    assert a == b and 5 <= a.count(500) <= 20
+
+
+def test_exit_after_warmup_and_engine_dead(procs):
+    port = free_port()
+    url = procs.sim("sim-x", port, "--zero-latency", "--exit-after", "3", "--warmup-s", "1.0")
+    assert httpx.get(url + "/health").status_code == 503
+    assert post(url, body()).status_code == 503
+    wait_health(url, 10)
+    assert post(url, body()).status_code == 200
+    with pytest.raises(httpx.HTTPError):
+        post(url, body())
+    assert procs.children["sim-x"].wait(5) == 3
+    procs.stop("sim-x")
+    url = procs.sim("sim-dead", free_port(), "--zero-latency", "--engine-dead")
+    assert httpx.get(url + "/health").status_code == 503 and post(url, body()).status_code == 503
+    httpx.post(url + "/_sim/mode", json={"engine_dead": False})
+    assert httpx.get(url + "/health").status_code == 200
+
+
+def test_capacity_model_rises_then_flattens(procs):
+    url = procs.sim("sim-cap", free_port(), "--max-num-seqs", "8")
+    wait_health(url, 20)
+
+    async def rate(conc: int, n: int = 48) -> float:
+        sem = asyncio.Semaphore(conc)
+        async with httpx.AsyncClient(timeout=30) as c:
+            async def one(i):
+                async with sem:
+                    r = await c.post(url + CHAT, json=body(messages=P.request_body(1, f"q{i}", ["a", "b"])["messages"]))
+                    assert r.status_code == 200
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(one(i) for i in range(n)))
+            return n / (time.perf_counter() - t0)
+
+    r1, r4, r8, r16 = (asyncio.run(rate(c)) for c in (1, 4, 8, 16))
+    assert r4 > 2.5 * r1 and r8 > 1.5 * r4  # more in flight -> more throughput, up to max-num-seqs
+    assert r16 < 1.4 * r8  # beyond it, requests only wait
+    m = httpx.get(url + "/metrics").text
+    assert "vllm:num_requests_running" in m and "vllm:prefix_cache_hits_total" in m

@@ -1,0 +1,165 @@
+"""The vLLM client of one worker: model check, health, and forwards with retries.
+
+httpx is the API; the transport is aiohttp's (httpx-aiohttp), which costs a fraction of httpx's
+own per request (../shared/spec/http-client.md). A transient failure while the server is down
+is not charged to the item: the client waits for /health and sends again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+from httpx_aiohttp import AiohttpTransport
+
+log = logging.getLogger(__name__)
+
+
+class ForwardError(Exception):
+    """A forward that cannot succeed for this item (HTTP 400, no logprobs): an error row at once."""
+
+    kind = "permanent"
+
+
+class RetriesExhausted(ForwardError):
+    kind = "transient"
+
+    def __init__(self, message: str, attempts: int) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+
+
+class ServerMisconfigured(Exception):
+    """401/404 from the server or a model mismatch: no item is at fault, the worker must stop."""
+
+
+class _Transient(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Answer:
+    top: list[tuple[str, float]]
+    prompt_tokens: int | None
+    attempts: int
+    latency_s: float
+
+
+def _error_text(resp: httpx.Response) -> str:
+    try:
+        body = orjson.loads(resp.content)
+    except orjson.JSONDecodeError:
+        return resp.text[:300]
+    err = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(err, dict):
+        return str(err.get("message", err))[:500]
+    return str(err)[:500]
+
+
+def parse_answer(content: bytes) -> tuple[list[tuple[str, float]], int | None]:
+    """Top-k of the first generated token, in the order sent, and usage.prompt_tokens."""
+    try:
+        body = orjson.loads(content)
+        choice = body["choices"][0]
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as e:
+        raise _Transient(f"malformed response: {e}") from e
+    lp = choice.get("logprobs")
+    if not lp or not lp.get("content") or not lp["content"][0].get("top_logprobs"):
+        raise ForwardError("response has no logprobs (is the server vLLM with --max-logprobs >= 20?)")
+    top = [(str(t["token"]), float(t["logprob"])) for t in lp["content"][0]["top_logprobs"]]
+    usage = body.get("usage") or {}
+    return top, usage.get("prompt_tokens")
+
+
+class VLLMClient:
+    def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 120.0,
+                 max_attempts: int = 4, max_connections: int = 256, backoff_s: float = 0.5) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.max_attempts = max_attempts
+        self.backoff_s = backoff_s
+        headers = {"Content-Type": "application/json"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self.http = httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=AiohttpTransport(limits=limits),
+                                      timeout=httpx.Timeout(timeout_s, connect=10.0))
+        self._probe: asyncio.Task[bool] | None = None
+        self.outage_s = 0.0  # time spent waiting for a down server
+        self.retries = 0
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    # ---- server checks --------------------------------------------------------------------------
+
+    async def healthy(self) -> bool:
+        try:
+            return (await self.http.get("/health", timeout=5.0)).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    async def _server_up(self) -> bool:
+        """One /health probe at a time; concurrent callers share its answer."""
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.ensure_future(self.healthy())
+        return await asyncio.shield(self._probe)
+
+    async def wait_up(self, poll_s: float = 1.0) -> None:
+        t0 = time.monotonic()
+        warned = False
+        while not await self._server_up():
+            if not warned:
+                log.warning("%s is down (/health fails): waiting for it; no item is charged", self.base_url)
+                warned = True
+            await asyncio.sleep(poll_s)
+        if warned:
+            self.outage_s += time.monotonic() - t0
+            log.warning("%s is back after %.0f s", self.base_url, time.monotonic() - t0)
+
+    async def served_models(self) -> list[dict[str, Any]]:
+        r = await self.http.get("/v1/models", timeout=15.0)
+        if r.status_code in (401, 403):
+            raise ServerMisconfigured(f"{self.base_url}: /v1/models refused the API key (HTTP {r.status_code}); "
+                                      "set VLLM_API_KEY to the server's key")
+        r.raise_for_status()
+        return list(orjson.loads(r.content).get("data", []))
+
+    # ---- forwards -------------------------------------------------------------------------------
+
+    async def _post(self, body: bytes) -> tuple[list[tuple[str, float]], int | None]:
+        try:
+            r = await self.http.post("/v1/chat/completions", content=body)
+        except httpx.HTTPError as e:
+            raise _Transient(f"{type(e).__name__}: {e}") from e
+        if r.status_code == 200:
+            return parse_answer(r.content)
+        text = _error_text(r)
+        if r.status_code == 429 or r.status_code >= 500:
+            raise _Transient(f"HTTP {r.status_code}: {text}")
+        if r.status_code in (401, 403, 404):
+            raise ServerMisconfigured(f"{self.base_url}: HTTP {r.status_code}: {text}")
+        raise ForwardError(f"HTTP {r.status_code}: {text}")
+
+    async def forward(self, body: bytes) -> Answer:
+        """Send until it succeeds, fails permanently, or uses up its attempts (outages not counted)."""
+        attempts = 0
+        t0 = time.monotonic()
+        while True:
+            try:
+                top, tokens = await self._post(body)
+                return Answer(top, tokens, attempts + 1, time.monotonic() - t0)
+            except _Transient as e:
+                if not await self._server_up():
+                    await self.wait_up()
+                    continue
+                attempts += 1
+                self.retries += 1
+                if attempts >= self.max_attempts:
+                    raise RetriesExhausted(f"{e} (after {attempts} attempts)", attempts) from e
+                await asyncio.sleep(self.backoff_s * 2 ** (attempts - 1) * (0.5 + random.random()))

@@ -1,0 +1,279 @@
+"""The worker loop: jobs from RQ -> items -> forwards (bounded in flight) -> rows on disk -> ack -> chain.
+
+Several jobs run at once so the server never drains between chunks: a new job is taken while the
+forwards still queued locally would keep the server busy for about two more rounds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from redis import Redis
+from rq import Worker as RQWorker
+from rq.serializers import JSONSerializer
+
+from pool_queue import lease as leases
+from pool_queue.frames import FrameError, video_dir
+from pool_queue.items import ItemSet
+from pool_queue.plan import MAX_ITEM_RUNS
+from pool_queue.protocol import Protocol
+from pool_queue.queue import enqueue_followup, step_queue
+from pool_queue.rows import Row
+from pool_queue.store import SegmentWriter, Store
+
+from .client import ServerMisconfigured, VLLMClient
+from .screen import Identity, Item, Screener
+
+log = logging.getLogger("pool.worker")
+
+
+@dataclass
+class Counters:
+    items: int = 0
+    errors: int = 0
+    removed: int = 0
+    forwards: int = 0
+    jobs: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+class Worker:
+    def __init__(self, *, name: str, server: str, steps: list[int], protocol: Protocol, items: ItemSet,
+                 store: Store, frames_dir: Path, conn: Redis, client: VLLMClient, max_inflight: int,
+                 poll_s: float = 0.5) -> None:
+        self.name = name
+        self.server = server
+        self.steps = steps
+        self.protocol = protocol
+        self.items = items
+        self.by_id = items.by_id
+        self.store = store
+        self.frames_dir = frames_dir
+        self.conn = conn
+        self.client = client
+        self.max_inflight = max_inflight
+        self.poll_s = poll_s
+        self.queues = [step_queue(conn, s) for s in sorted(steps, reverse=True)]  # later steps first
+        self.inflight = asyncio.Semaphore(max_inflight)
+        spec = protocol.steps[steps[0]]
+        self.screener = Screener(protocol, client, frames_dir,
+                                 Identity(protocol.fingerprint, spec.model, spec.revision, server, name), self.inflight)
+        self.writers: dict[int, SegmentWriter] = {}
+        self.active: dict[str, leases.Lease] = {}
+        self.backlog = 0  # forwards of started items not yet answered
+        self.stopping = asyncio.Event()
+        self.more = asyncio.Event()
+        self.fatal: BaseException | None = None
+        self.count = Counters()
+        self.rq = RQWorker([q.name for q in self.queues], name=name, connection=conn, serializer=JSONSerializer)
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+
+    async def run(self, burst: bool = False) -> int:
+        """Work until SIGTERM/SIGINT (or, with burst, until the queues are empty). Exit code."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal)
+        await asyncio.to_thread(self.rq.register_birth)
+        side = [asyncio.create_task(self._heartbeats()), asyncio.create_task(self._rescue_loop()),
+                asyncio.create_task(self._report_loop())]
+        runs: set[asyncio.Task[None]] = set()
+        try:
+            while not self.stopping.is_set():
+                if self.backlog >= 2 * self.max_inflight:
+                    self.more.clear()
+                    await _first(self.more.wait(), self.stopping.wait())
+                    continue
+                lease = await asyncio.to_thread(leases.claim, self.conn, self.queues, self.name)
+                if lease is None:
+                    if burst and not runs:
+                        break
+                    await _first(self.stopping.wait(), asyncio.sleep(self.poll_s))
+                    continue
+                self.active[lease.job.id] = lease
+                t = asyncio.create_task(self._run_job(lease))
+                runs.add(t)
+                t.add_done_callback(runs.discard)
+            log.info("%s: stopping: finishing %d job(s) in flight", self.name, len(runs))
+            if runs:
+                await asyncio.gather(*runs, return_exceptions=True)
+        finally:
+            for t in side:
+                t.cancel()
+            for lease in list(self.active.values()):
+                await asyncio.to_thread(leases.release, self.conn, lease)
+            await asyncio.to_thread(self.rq.register_death)
+            for w in self.writers.values():
+                w.close()
+            self._log_progress()
+        if self.fatal is not None:
+            log.error("%s: stopped: %s", self.name, self.fatal)
+            return 3
+        return 0
+
+    def _on_signal(self) -> None:
+        if self.stopping.is_set():
+            raise SystemExit(130)  # second signal: leave now, leases expire and jobs return
+        log.info("%s: signal received: no new jobs; finishing in-flight work", self.name)
+        self.stopping.set()
+
+    # ---- one job --------------------------------------------------------------------------------
+
+    async def _run_job(self, lease: leases.Lease) -> None:
+        step = lease.step
+        ids = lease.item_ids
+        try:
+            skip = await asyncio.to_thread(self._already_final, step, ids) if lease.redelivered else set()
+            todo = [i for i in ids if i not in skip]
+            n_fw = self.protocol.steps[step].n_orders
+            self.backlog += n_fw * len(todo)
+            rows = await asyncio.gather(*(self._screen(step, i, n_fw) for i in todo))
+            if self.fatal is not None:
+                raise self.fatal
+            dumped = [r.model_dump(mode="json") for r in rows]
+            await asyncio.to_thread(self._writer(step).write, dumped)  # on disk before the ack
+            follow = self._survivors(step, rows) + (await asyncio.to_thread(self._stored_survivors, step, skip))
+            await asyncio.to_thread(self._ack, lease, step, follow)
+            self.count.jobs += 1
+        except ServerMisconfigured as e:
+            self.fatal = e
+            self.stopping.set()
+            return  # the lease is released in run()'s cleanup: the job goes back untouched
+        except Exception:
+            log.exception("%s: job %s failed; it returns to the queue when its lease expires", self.name, lease.job.id)
+            self.active.pop(lease.job.id, None)
+            return
+        self.active.pop(lease.job.id, None)
+
+    async def _screen(self, step: int, item_id: str, n_fw: int) -> Row:
+        try:
+            row = await self.screener.screen(step, self._item(item_id))
+        except KeyError:
+            row = self._error_row(step, item_id, "item not in the item table (changed since it was enqueued?)")
+        except ServerMisconfigured as e:
+            self.fatal = e
+            self.stopping.set()
+            row = self._error_row(step, item_id, str(e))
+        finally:
+            self.backlog -= n_fw
+            self.more.set()
+        self.count.items += 1
+        self.count.forwards += len(row.forwards)
+        self.count.errors += row.status == "error"
+        self.count.removed += bool(row.removed)
+        return row
+
+    def _item(self, item_id: str) -> Item:
+        r = self.items.items.slice(self.by_id[item_id], 1).to_pylist()[0]
+        return Item(r["item_id"], r["benchmark"], r["video_id"], r["question"], r["options"], r["gold"])
+
+    def _error_row(self, step: int, item_id: str, error: str) -> Row:
+        t = time.time()
+        spec = self.protocol.steps[step]
+        return Row(item_id=item_id, step=step, status="error", benchmark="", error=error, error_kind="permanent",
+                   fingerprint=self.protocol.fingerprint, model=spec.model, revision=spec.revision,
+                   server=self.server, worker=self.name, started_at=t, finished_at=t)
+
+    def _writer(self, step: int) -> SegmentWriter:
+        if step not in self.writers:
+            self.writers[step] = self.store.writer(step, self.name)
+        return self.writers[step]
+
+    def _already_final(self, step: int, ids: list[str]) -> set[str]:
+        final = self.store.final_ids(step, MAX_ITEM_RUNS)
+        mask = pc.is_in(pa.array(ids, pa.string()), value_set=final)
+        return {i for i, m in zip(ids, mask.to_pylist(), strict=True) if m}
+
+    def _has_frames(self, video_id: str) -> bool:
+        try:
+            return video_dir(self.frames_dir, video_id) is not None
+        except FrameError:
+            return False
+
+    def _eligible_next(self, step: int, pairs: list[tuple[str, str]]) -> list[str]:
+        if step >= 3:
+            return []
+        return [i for i, v in pairs if step + 1 == 3 or self._has_frames(v)]
+
+    def _survivors(self, step: int, rows: list[Row]) -> list[str]:
+        return self._eligible_next(step, [(r.item_id, r.video_id) for r in rows
+                                          if r.status == "ok" and r.removed is False])
+
+    def _stored_survivors(self, step: int, skipped: set[str]) -> list[str]:
+        """Survivors among items a re-delivered job skipped: their chain may not have been sent."""
+        if not skipped or step >= 3:
+            return []
+        w = self.store.winners(step)
+        w = w.filter(pc.is_in(w.column("item_id"), value_set=pa.array(sorted(skipped), pa.string())))
+        ok = w.filter(pc.and_(pc.equal(w.column("status"), "ok"), pc.invert(pc.fill_null(w.column("removed"), True))))
+        ids = ok.column("item_id").to_pylist()
+        return self._eligible_next(step, [(i, self._item(i).video_id) for i in ids if i in self.by_id])
+
+    def _ack(self, lease: leases.Lease, step: int, follow: list[str]) -> None:
+        if step < 3:
+            enqueue_followup(self.conn, step + 1, follow, lease.job.id)
+        leases.finish(self.conn, lease)
+
+    # ---- background -----------------------------------------------------------------------------
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(leases.HEARTBEAT_S)
+            try:
+                await asyncio.to_thread(self._beat)
+            except Exception as e:  # Redis briefly away: keep working, leases have slack
+                log.warning("%s: heartbeat failed: %s", self.name, e)
+
+    def _beat(self) -> None:
+        leases.heartbeat(self.conn, list(self.active.values()))
+        self.rq.heartbeat()
+        self.rq.set_state("busy" if self.active else "idle")
+
+    async def _rescue_loop(self) -> None:
+        while True:
+            await asyncio.sleep(3 * leases.HEARTBEAT_S)
+            try:
+                n = await asyncio.to_thread(leases.rescue, self.conn, self.queues)
+                if n:
+                    log.warning("%s: re-queued %d abandoned job(s)", self.name, n)
+            except Exception as e:
+                log.warning("%s: rescue failed: %s", self.name, e)
+
+    async def _report_loop(self) -> None:
+        while True:
+            await asyncio.sleep(10)
+            self._log_progress()
+
+    def _log_progress(self) -> None:
+        c = self.count
+        dt = max(1e-9, time.monotonic() - c.started)
+        log.info("%s: %d items (%.1f/s), %d forwards (%.1f/s), %d removed, %d errors, %d jobs, %d retries, "
+                 "outage %.0f s", self.name, c.items, c.items / dt, c.forwards, c.forwards / dt, c.removed, c.errors,
+                 c.jobs, self.client.retries, self.client.outage_s)
+
+
+async def _first(*aws: object) -> None:
+    """Wait until the first of several awaitables finishes; cancel the rest."""
+    tasks = [asyncio.ensure_future(a) for a in aws]  # type: ignore[call-overload]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+
+
+def default_name(server: str) -> str:
+    host = server.split("://", 1)[-1].rstrip("/").replace(":", "-")
+    return f"{host}.{socket.gethostname()}.{os.getpid()}"
