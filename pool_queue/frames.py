@@ -66,7 +66,8 @@ def prepare_jpeg(path: Path, long_side: int = 448, quality: int = 95) -> bytes:
     except FrameError:
         raise
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
-        raise FrameError(f"{path}: unreadable image ({e})") from e
+        why = "not a recognised image file" if isinstance(e, UnidentifiedImageError) else str(e)
+        raise FrameError(f"{path}: unreadable image ({why})") from e
     w, h = rgb.size
     scale = long_side / max(w, h)
     size = (long_side, max(1, round(h * scale))) if w >= h else (max(1, round(w * scale)), long_side)

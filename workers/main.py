@@ -1,0 +1,72 @@
+"""pool-worker: screen items from the RQ queues through one vLLM server (one per GPU; several may share one)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+from redis import Redis
+
+from pool_queue.commands._cli import fail, parser, settings
+from pool_queue.items import ItemsError, load_items
+from pool_queue.protocol import Protocol
+from pool_queue.store import Store, StoreError
+
+from .client import ServerMisconfigured, VLLMClient
+from .runtime import Worker, default_name
+from .serving import served_steps
+
+
+async def _main(argv: list[str] | None) -> int:
+    p = parser("pool-worker", __doc__ or "")
+    p.add_argument("--server", help="vLLM base URL, e.g. http://127.0.0.1:8001 (default: first of POOL_SERVERS)")
+    p.add_argument("--name", help="worker name shown by `rq info` (default: server + host + pid)")
+    p.add_argument("--steps", help="comma-separated steps to take (default: every step the server's model serves)")
+    p.add_argument("--inflight", type=int, help="forwards in flight to the server (default WORKERS, else 32/16/8 by step)")
+    p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
+    p.add_argument("--allow-unpinned", action="store_true", help="accept a server whose root shows no revision")
+    p.add_argument("--log-level", default="INFO")
+    a = p.parse_args(argv)
+    logging.basicConfig(level=a.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    s = settings(a)
+    server = a.server or (s.servers[0] if s.servers else None)
+    if not server:
+        fail("no server: pass --server URL or set POOL_SERVERS")
+    protocol = Protocol.load(s.protocol_file)
+    key = s.vllm_api_key.get_secret_value() if s.vllm_api_key else None
+    client = VLLMClient(server, key, s.request_timeout_s, s.max_attempts)
+    try:
+        await client.wait_up()
+        steps = served_steps(protocol, await client.served_models(), a.allow_unpinned)
+        if a.steps:
+            wanted = [int(x) for x in a.steps.split(",")]
+            if not set(wanted) <= set(steps):
+                raise ServerMisconfigured(f"--steps {a.steps}: the server serves steps {steps} only")
+            steps = wanted
+        store = Store(s.results_dir, protocol.fingerprint, protocol.model_dump(mode="json"))
+        store.claim()
+        items = load_items(s.items_dir)
+    except (ServerMisconfigured, StoreError, ItemsError) as e:
+        await client.aclose()
+        fail(str(e))
+    inflight = a.inflight or s.step_workers(min(steps))
+    conn = Redis.from_url(s.redis_url, **s.redis_kwargs())
+    name = a.name or default_name(server)
+    logging.getLogger("pool.worker").info("%s: steps %s via %s, %d in flight, %d items known", name, steps, server,
+                                          inflight, items.items.num_rows)
+    w = Worker(name=name, server=server, steps=steps, protocol=protocol, items=items, store=store,
+               frames_dir=s.frames_dir, conn=conn, client=client, max_inflight=inflight)
+    try:
+        return await w.run(burst=a.burst)
+    finally:
+        await client.aclose()
+
+
+def main(argv: list[str] | None = None) -> None:
+    raise SystemExit(asyncio.run(_main(argv)))
+
+
+if __name__ == "__main__":
+    main()
