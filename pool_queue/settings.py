@@ -49,6 +49,7 @@ class Settings(BaseSettings):
     # Worker behaviour.
     max_attempts: int = Field(default=4, ge=1, description="attempts per forward for transient failures")
     request_timeout_s: float = Field(default=120.0, gt=0)
+    retry_backoff_s: float = Field(default=0.5, ge=0, description="first retry's backoff; doubles per attempt")
     chunk_size: int = Field(default=64, ge=1, le=10_000)
 
     @field_validator("servers", mode="before")

@@ -36,7 +36,7 @@ async def _main(argv: list[str] | None) -> int:
         fail("no server: pass --server URL or set POOL_SERVERS")
     protocol = Protocol.load(s.protocol_file)
     key = s.vllm_api_key.get_secret_value() if s.vllm_api_key else None
-    client = VLLMClient(server, key, s.request_timeout_s, s.max_attempts)
+    client = VLLMClient(server, key, s.request_timeout_s, s.max_attempts, backoff_s=s.retry_backoff_s)
     try:
         await client.wait_up()
         steps = served_steps(protocol, await client.served_models(), a.allow_unpinned)

@@ -96,7 +96,7 @@ class Worker:
                     continue
                 lease = await asyncio.to_thread(leases.claim, self.conn, self.queues, self.name)
                 if lease is None:
-                    if burst and not runs:
+                    if burst and not runs and not await asyncio.to_thread(self._others_running):
                         break
                     await _first(self.stopping.wait(), asyncio.sleep(self.poll_s))
                     continue
@@ -120,6 +120,11 @@ class Worker:
             log.error("%s: stopped: %s", self.name, self.fatal)
             return 3
         return 0
+
+    def _others_running(self) -> bool:
+        """Jobs of our queues held by other workers: a burst worker waits, their lease may expire."""
+        running = sum(q.started_job_registry.count for q in self.queues)  # counting re-queues expired leases
+        return running > 0 or any(q.count for q in self.queues)
 
     def _on_signal(self) -> None:
         if self.stopping.is_set():

@@ -1,0 +1,86 @@
+"""A real stack for end-to-end tests: redis-server, simulated vLLM servers, worker processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from redis import Redis
+
+from pool_queue.commands import enqueue
+from pool_queue.items import load_items
+from pool_queue.procs import Procs, free_port, wait_health
+from pool_queue.protocol import Protocol
+from pool_queue.sim.model import PROFILES, answer
+from pool_queue.store import Store
+
+P = Protocol()
+
+
+class Stack:
+    def __init__(self, root: Path, procs: Procs) -> None:
+        self.root = root
+        self.procs = procs
+        self.redis_url = procs.redis(free_port(), root.parent / "redis")
+        self.conn = Redis.from_url(self.redis_url)
+        self.store = Store(root / "results" / "pool", P.fingerprint)
+        self.env = {"POOL_ROOT": str(root), "REDIS_URL": self.redis_url, "PYTHONUNBUFFERED": "1"}
+
+    def sim(self, name: str, profile: str = "qwen3-vl-8b", *args: str, port: int | None = None) -> str:
+        url = self.procs.sim(name, port or free_port(), "--profile", profile, *args)
+        wait_health(url, 20)
+        return url
+
+    def worker(self, name: str, server: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        argv = [sys.executable, "-m", "workers.main", "--server", server, "--name", name, *args]
+        return self.procs.start(name, argv, env={**self.env, **(env or {})})
+
+    def enqueue(self, step: int, *args: str) -> None:
+        enqueue.main(["--step", str(step), "--root", str(self.root), "--redis-url", self.redis_url, *args])
+
+    def wait_workers(self, names: list[str], timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        for n in names:
+            rc = self.procs.children[n].wait(max(1, deadline - time.monotonic()))
+            assert rc == 0, self.log(n)
+
+    def log(self, name: str) -> str:
+        return (self.procs.log_dir / f"{name}.log").read_text()[-4000:]
+
+    def winners(self, step: int) -> dict[str, dict]:
+        w = self.store.winners(step)
+        rows = self.store.read_rows(step, w)
+        return {r["item_id"]: r for r in rows}
+
+    def raw_count(self, step: int) -> int:
+        return self.store.index(step).num_rows
+
+    def queued(self) -> int:
+        return sum(self.conn.llen(f"rq:queue:pool-step{s}") for s in (1, 2, 3))
+
+
+def expected(root: Path) -> dict[int, dict[str, tuple[bool, float]]]:
+    """A direct, queue-free computation of the protocol on the simulated model: step -> item -> (removed, margin)."""
+    items = load_items(root / "items").items
+    frames = root / "frames" / "pool_frames"
+    with_frames = {p.name for p in frames.iterdir() if p.is_dir()}
+    out: dict[int, dict[str, tuple[bool, float]]] = {1: {}, 2: {}, 3: {}}
+    for it in items.to_pylist():
+        alive = True
+        for step, prof in ((1, "qwen3-vl-8b"), (2, "qwen3-vl-8b"), (3, "qwen3-vl-2b")):
+            if not alive or (step == 2 and it["video_id"] not in with_frames):
+                break
+            n_img = 0
+            if step > 1:
+                n = sum(1 for p in (frames / it["video_id"]).iterdir() if p.suffix in (".jpg", ".png"))
+                n_img = len(P.frame_indices(step, n))
+            fws = []
+            for order in P.orders(step, it["item_id"], it["n_options"]):
+                text = P.prompt_text(it["question"], [it["options"][i] for i in order])
+                fws.append(P.judge_forward(answer(PROFILES[prof], text, n_img, 20), it["n_options"], order.index(it["gold"])))
+            removed = P.removed(step, fws)
+            out[step][it["item_id"]] = (removed, sum(f.margin for f in fws) / len(fws))
+            alive = not removed
+    return out

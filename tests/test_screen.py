@@ -1,0 +1,171 @@
+"""End to end over real Redis, real HTTP simulators and real worker processes."""
+
+import signal
+import time
+
+import pytest
+
+from pool_queue.procs import Procs
+
+from stack import Stack, expected
+
+
+@pytest.fixture()
+def stack(pool_root, tmp_path):
+    with Procs(tmp_path / "logs") as procs:
+        yield Stack(pool_root, procs)
+
+
+def assert_matches_direct(stack: Stack) -> None:
+    want = expected(stack.root)
+    for step in (1, 2, 3):
+        got = stack.winners(step)
+        assert set(got) == set(want[step]), f"step {step}: items differ"
+        for item_id, (removed, margin) in want[step].items():
+            row = got[item_id]
+            assert row["status"] == "ok", row
+            assert row["removed"] == removed and row["margin"] == pytest.approx(margin, abs=1e-12), item_id
+        assert stack.raw_count(step) == len(got), f"step {step}: duplicate rows"
+
+
+def test_full_three_step_run_equals_direct_computation_and_chains(stack):
+    s8a, s8b = stack.sim("sim8a", "qwen3-vl-8b", "--speed", "10"), stack.sim("sim8b", "qwen3-vl-8b", "--speed", "10")
+    s2 = stack.sim("sim2", "qwen3-vl-2b", "--speed", "50")
+    stack.enqueue(1)
+    names = ["w8a", "w8b", "w2"]
+    for n, url in zip(names, (s8a, s8b, s2), strict=True):
+        stack.worker(n, url, "--burst")
+    stack.wait_workers(names)
+    # steps 2 and 3 were never enqueued by hand: chaining did it; a late worker drained what remained
+    leftover = stack.queued()
+    if leftover:
+        stack.worker("w2-late", s2, "--burst")
+        stack.worker("w8-late", s8a, "--burst")
+        stack.wait_workers(["w2-late", "w8-late"])
+    assert_matches_direct(stack)
+    rows1 = stack.winners(1)
+    r = next(iter(rows1.values()))
+    assert r["n_perm"] == 4 and len(r["forwards"]) == 4 and all(len(f["top"]) == 20 for f in r["forwards"])
+    assert r["fingerprint"] and r["revision"] and r["worker"] in names
+    for step in (1, 2, 3):
+        stack.enqueue(step)  # nothing left: idempotent, enqueues nothing
+    assert stack.queued() == 0
+
+
+def test_enqueue_is_idempotent(stack, capsys):
+    stack.enqueue(1, "--chunk-size", "10")
+    first = stack.conn.llen("rq:queue:pool-step1")
+    stack.enqueue(1, "--chunk-size", "10")
+    stack.enqueue(1, "--chunk-size", "7")
+    assert stack.conn.llen("rq:queue:pool-step1") == first == 24
+    stack.enqueue(1, "--plan-only")
+    assert "REMAINING_TOTAL=240" in capsys.readouterr().out
+
+
+def test_sigkill_mid_job_loses_and_duplicates_nothing(stack):
+    url = stack.sim("sim8", "qwen3-vl-8b", "--max-num-seqs", "4")
+    stack.enqueue(1, "--chunk-size", "40")
+    w = stack.worker("victim", url, "--steps", "1")
+    deadline = time.monotonic() + 60
+    while stack.raw_count(1) < 40 and time.monotonic() < deadline:  # wait until it is mid-run
+        time.sleep(0.2)
+    w.send_signal(signal.SIGKILL)
+    w.wait()
+    done_before = stack.raw_count(1)
+    assert 0 < done_before < 240
+    stack.worker("rescuer", url, "--steps", "1", "--burst")
+    stack.wait_workers(["rescuer"], timeout=240)
+    got = stack.winners(1)
+    assert len(got) == 240 and all(r["status"] == "ok" for r in got.values())
+    want = expected(stack.root)[1]
+    assert {k: r["removed"] for k, r in got.items()} == {k: v[0] for k, v in want.items()}
+
+
+def test_server_outage_charges_no_item(stack, tmp_path):
+    from pool_queue.procs import free_port
+
+    port = free_port()
+    url = stack.sim("flaky", "qwen3-vl-8b", "--max-num-seqs", "8", port=port)
+    stack.enqueue(1)
+    w = stack.worker("patient", url, "--steps", "1", "--burst")
+    while stack.raw_count(1) < 30:
+        time.sleep(0.1)
+    stack.procs.stop("flaky", signal.SIGKILL)  # the server dies mid-run
+    time.sleep(3)
+    stack.sim("flaky", "qwen3-vl-8b", port=port)  # ...and comes back
+    assert w.wait(240) == 0, stack.log("patient")
+    got = stack.winners(1)
+    assert len(got) == 240 and all(r["status"] == "ok" for r in got.values())
+    assert all(f["attempts"] == 1 for r in got.values() for f in r["forwards"])
+    assert "is down" in stack.log("patient") and stack.raw_count(1) == 240
+
+
+def test_transient_faults_are_retried_and_counted(stack):
+    url = stack.sim("faulty", "qwen3-vl-8b", "--faults", "500:0.05,429:0.03,reset:0.03,malformed:0.02",
+                    "--zero-latency")
+    stack.enqueue(1)
+    stack.worker("retrier", url, "--steps", "1", "--burst")
+    stack.wait_workers(["retrier"])
+    got = stack.winners(1)
+    assert len(got) == 240 and all(r["status"] == "ok" for r in got.values())
+    retried = [f for r in got.values() for f in r["forwards"] if f["attempts"] > 1]
+    assert retried and all(r["attempts"] == sum(f["attempts"] for f in r["forwards"]) for r in got.values())
+    want = expected(stack.root)[1]
+    assert {k: r["removed"] for k, r in got.items()} == {k: v[0] for k, v in want.items()}
+
+
+def test_permanent_errors_become_rows_and_nothing_else_suffers(stack):
+    # every step-1 forward fails permanently for ~3 % (no logprobs) and transiently forever for none
+    url = stack.sim("bad", "qwen3-vl-8b", "--faults", "nologprobs:0.03", "--zero-latency")
+    stack.enqueue(1)
+    stack.worker("w", url, "--steps", "1", "--burst")
+    stack.wait_workers(["w"])
+    got = stack.winners(1)
+    errs = [r for r in got.values() if r["status"] == "error"]
+    assert len(got) == 240 and errs
+    assert all(r["error_kind"] == "permanent" and "no logprobs" in r["error"] for r in errs)
+    stack.enqueue(1)  # permanent errors are final: nothing to re-run
+    assert stack.conn.llen("rq:queue:pool-step1") == 0
+
+
+def test_exhausted_retries_are_rerun_by_a_later_enqueue(stack):
+    url = stack.sim("down500", "qwen3-vl-8b", "--faults", "500:0.5", "--zero-latency")
+    stack.enqueue(1, "--limit", "20")
+    fast = {"POOL_RETRY_BACKOFF_S": "0.01"}
+    stack.worker("w1", url, "--steps", "1", "--burst", env=fast)
+    stack.wait_workers(["w1"])
+    errs = [r for r in stack.winners(1).values() if r["status"] == "error"]
+    assert errs and all(r["error_kind"] == "transient" and "after 4 attempts" in r["error"] for r in errs)
+    stack.enqueue(1)  # re-attempts the transient errors (and the rest of the pool)
+    stack.worker("w2", url, "--steps", "1", "--burst", env=fast)
+    stack.wait_workers(["w2"])
+    assert len(stack.winners(1)) == 240
+
+
+def test_redis_flushed_mid_run_reconciles_to_equal_results(stack):
+    s8 = stack.sim("sim8", "qwen3-vl-8b", "--max-num-seqs", "8")
+    s2 = stack.sim("sim2", "qwen3-vl-2b", "--speed", "50")
+    stack.enqueue(1, "--chunk-size", "16")
+    w8, w2 = stack.worker("w8", s8), stack.worker("w2", s2)
+    while stack.raw_count(1) < 60:
+        time.sleep(0.1)
+    stack.conn.flushall()  # Redis loses everything
+    for p in (w8, w2):
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(60) == 0
+    for step in (1, 2, 3):  # reconcile from the store, step by step
+        stack.enqueue(step)
+        stack.worker(f"r8-{step}", s8, "--burst")
+        stack.worker(f"r2-{step}", s2, "--burst")
+        stack.wait_workers([f"r8-{step}", f"r2-{step}"])
+    want = expected(stack.root)
+    for step in (1, 2, 3):
+        got = stack.winners(step)
+        assert {k: r["removed"] for k, r in got.items()} == {k: v[0] for k, v in want[step].items()}
+
+
+def test_worker_refuses_wrong_model(stack):
+    url = stack.sim("other", "qwen3-vl-8b", "--served-model-name", "some/other-model")
+    w = stack.worker("picky", url)
+    assert w.wait(30) == 2
+    assert "none of the protocol's models" in stack.log("picky")
