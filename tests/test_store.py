@@ -1,0 +1,81 @@
+import logging
+import os
+import time
+
+import orjson
+import pytest
+
+from pool_queue.store import Store, StoreError
+
+
+def row(item_id, status="ok", t=1.0, fp="fp1", removed=False, kind=None, **kw):
+    return {"item_id": item_id, "step": 1, "status": status, "benchmark": "B", "error_kind": kind,
+            "removed": removed if status == "ok" else None, "finished_at": t, "fingerprint": fp, **kw}
+
+
+def test_write_read_and_winner_rules(tmp_path):
+    st = Store(tmp_path, "fp1")
+    a, b = st.writer(1, "a"), st.writer(1, "b")
+    a.write([row("x", "error", t=1.0, kind="transient"), row("y", t=5.0, tag="late")])
+    b.write([row("x", t=9.0), row("y", t=2.0, tag="early"), row("z", "error", t=3.0, kind="permanent")])
+    w = {r["item_id"]: r for r in st.read_rows(1, st.winners(1))}
+    assert w["x"]["status"] == "ok"  # ok beats an earlier error
+    assert w["y"]["tag"] == "early"  # among equals, the earliest
+    assert w["z"]["status"] == "error"
+    assert st.index(1).num_rows == 5 and st.winners(1).num_rows == 3
+    assert sorted(st.final_ids(1, 3).to_pylist()) == ["x", "y", "z"]
+    assert st.error_runs(1).to_pylist() == [{"item_id": "x", "runs": 1}]
+
+
+def test_transient_errors_are_final_only_after_max_runs(tmp_path):
+    st = Store(tmp_path, "fp1")
+    w = st.writer(1, "a")
+    w.write([row("x", "error", t=i, kind="transient") for i in range(2)])
+    assert st.final_ids(1, 3).to_pylist() == []
+    w.write([row("x", "error", t=3, kind="transient")])
+    assert st.final_ids(1, 3).to_pylist() == ["x"]
+
+
+def test_torn_last_line_is_skipped_with_a_warning(tmp_path, caplog):
+    st = Store(tmp_path, "fp1")
+    w = st.writer(1, "a")
+    w.write([row("x"), row("y")])
+    with w.path.open("ab") as f:
+        f.write(b'{"item_id": "z", "status": "o')  # a crash mid-line
+    old = time.time() - 120
+    os.utime(w.path, (old, old))
+    with caplog.at_level(logging.WARNING):
+        assert sorted(st.winners(1).column("item_id").to_pylist()) == ["x", "y"]
+    assert "incomplete last line" in caplog.text
+
+
+def test_damaged_line_in_the_middle_is_skipped(tmp_path, caplog):
+    st = Store(tmp_path, "fp1")
+    d = tmp_path / "step1"
+    d.mkdir(parents=True)
+    (d / "seg-x.jsonl").write_bytes(orjson.dumps(row("a")) + b"\n{broken\n" + orjson.dumps(row("b")) + b"\n")
+    with caplog.at_level(logging.WARNING):
+        got = st.read_rows(1, st.winners(1))
+    assert [r["item_id"] for r in got] == ["a", "b"] and "unparsable" in caplog.text
+
+
+def test_index_is_incremental_and_survives_compaction(tmp_path):
+    st = Store(tmp_path, "fp1")
+    w = st.writer(1, "a")
+    for i in range(40):  # 40 appends, each re-read: more parts than MAX_PARTS forces a compaction
+        w.write([row(f"i{i}")])
+        assert st.index(1).num_rows == i + 1
+    parts = list((tmp_path / "step1" / ".index").rglob("*.parquet"))
+    assert len(parts) <= 17
+    fresh = Store(tmp_path, "fp1")
+    assert fresh.index(1).num_rows == 40 and fresh.winners(1).num_rows == 40
+
+
+def test_other_protocol_is_refused(tmp_path):
+    Store(tmp_path, "fp1").writer(1, "a").write([row("x")])
+    with pytest.raises(StoreError, match="start a new results root"):
+        Store(tmp_path, "fp2").claim()
+    # a stray row of another protocol in the right root is refused too
+    Store(tmp_path, "fp1").writer(1, "b").write([row("y", fp="fp9")])
+    with pytest.raises(StoreError, match="another protocol"):
+        Store(tmp_path, "fp1").winners(1)
