@@ -18,7 +18,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _util import cpu_seconds, table  # noqa: E402
+from _util import cpu_seconds, table
 
 from pool_queue.procs import Procs, free_port, wait_health
 from pool_queue.protocol import Protocol
@@ -26,13 +26,16 @@ from pool_queue.protocol import Protocol
 
 def client(url: str, seconds: float, inflight: int, q: mp.Queue) -> None:
     P = Protocol()
-    bodies = [P.request_body(1, f"What does person {i} do after the door opens?", ["runs", "sits", "waves", "eats"])
-              for i in range(512)]
+    bodies = [
+        P.request_body(1, f"What does person {i} do after the door opens?", ["runs", "sits", "waves", "eats"])
+        for i in range(512)
+    ]
 
     async def run() -> int:
         n = 0
         stop = time.monotonic() + seconds
         async with aiohttp.ClientSession() as s:
+
             async def loop(k: int) -> None:
                 nonlocal n
                 while time.monotonic() < stop:
@@ -65,8 +68,12 @@ def main() -> None:
         for p in ps:
             p.join()
         wall, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
-    print(table(["clients", "in flight", "requests", "req/s", "sim CPU s", "req per sim CPU-s"],
-                [[a.clients, a.clients * a.inflight, n, n / wall, cpu, n / cpu]]))
+    print(
+        table(
+            ["clients", "in flight", "requests", "req/s", "sim CPU s", "req per sim CPU-s"],
+            [[a.clients, a.clients * a.inflight, n, n / wall, cpu, n / cpu]],
+        )
+    )
 
 
 if __name__ == "__main__":

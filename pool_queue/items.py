@@ -33,7 +33,9 @@ ITEM_SCHEMA = pa.schema(
         ("n_options", pa.int16()),
     ]
 )
-REPORT_SCHEMA = pa.schema([("item_id", pa.string()), ("source", pa.string()), ("row", pa.int64()), ("reason", pa.string())])
+REPORT_SCHEMA = pa.schema(
+    [("item_id", pa.string()), ("source", pa.string()), ("row", pa.int64()), ("reason", pa.string())]
+)
 
 
 class ItemsError(ValueError):
@@ -139,8 +141,10 @@ def validate(table: pa.Table, source: str) -> tuple[pa.Table, pa.Table]:
         (pc.equal(pc.fill_null(pc.utf8_length(strings["question"]), 0), 0), "empty question"),
         (_unsafe_video_id(table.column("video_id").combine_chunks().cast(pa.string())), "unsafe or empty video_id"),
         (opt_bad, "options is not a list of strings"),
-        (pc.and_(pc.invert(opt_bad), pc.or_(pc.less(n_opts, 2), pc.greater(n_opts, MAX_OPTIONS))),
-         f"needs 2..{MAX_OPTIONS} options"),
+        (
+            pc.and_(pc.invert(opt_bad), pc.or_(pc.less(n_opts, 2), pc.greater(n_opts, MAX_OPTIONS))),
+            f"needs 2..{MAX_OPTIONS} options",
+        ),
         (has_empty_opt, "empty option text"),
         (pc.and_(pc.invert(opt_bad), gold_bad), f"{gold_name} missing or out of range"),
     ]
@@ -209,5 +213,7 @@ def load_items(items_dir: Path) -> ItemSet:
             f = next(i for i in range(len(raw)) if offsets[i] <= r < offsets[i + 1])
             src.append(raw[f].column("_source")[0].as_py())
             local.append(r - offsets[f])
-        report = report.set_column(1, "source", pa.array(src, pa.string())).set_column(2, "row", pa.array(local, pa.int64()))
+        report = report.set_column(1, "source", pa.array(src, pa.string())).set_column(
+            2, "row", pa.array(local, pa.int64())
+        )
     return ItemSet(items=items, rejected=report, n_read=table.num_rows)

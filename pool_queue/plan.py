@@ -51,6 +51,7 @@ class Plan:
 
     def by_benchmark(self) -> list[tuple[str, int, int]]:
         """(benchmark, eligible, remaining) rows, sorted by benchmark."""
+
         def counts(t: pa.Table) -> dict[str, int]:
             g = t.group_by("benchmark").aggregate([("item_id", "count")])
             return dict(zip(g.column("benchmark").to_pylist(), g.column("item_id_count").to_pylist(), strict=True))

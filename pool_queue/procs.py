@@ -6,6 +6,7 @@ Each is started in its own process group and logs to a file, and `Procs` stops a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -75,16 +76,35 @@ class Procs:
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = (self.log_dir / f"{name}.log").open("ab")
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, **(env or {})}, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
         log.close()
         self.children[name] = proc
         return proc
 
     def redis(self, port: int, data_dir: Path, password: str | None = None) -> str:
         data_dir.mkdir(parents=True, exist_ok=True)
-        argv = [redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data_dir),
-                "--save", "", "--appendonly", "no", "--protected-mode", "no"]
+        argv = [
+            redis_binary(),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(data_dir),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--protected-mode",
+            "no",
+        ]
         if password:
             argv += ["--requirepass", password]
         proc = self.start(f"redis-{port}", argv)
@@ -92,8 +112,16 @@ class Procs:
         return f"redis://127.0.0.1:{port}/0"
 
     def sim(self, name: str, port: int, *args: str, wait: bool = True) -> str:
-        argv = [sys.executable, "-m", "pool_queue.sim", "--port", str(port), "--log",
-                str(self.log_dir / f"{name}.log"), *args]
+        argv = [
+            sys.executable,
+            "-m",
+            "pool_queue.sim",
+            "--port",
+            str(port),
+            "--log",
+            str(self.log_dir / f"{name}.log"),
+            *args,
+        ]
         proc = self.start(name, argv)
         url = f"http://127.0.0.1:{port}"
         if wait:
@@ -103,10 +131,8 @@ class Procs:
     def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int | None:
         proc = self.children.pop(name)
         if proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                pass
             try:
                 proc.wait(timeout)
             except subprocess.TimeoutExpired:

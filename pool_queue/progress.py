@@ -23,8 +23,14 @@ console = Console(stderr=True)
 
 @contextmanager
 def byte_progress(label: str, total: int, show: bool = True) -> Iterator[Callable[[int], None]]:
-    columns = (TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TextColumn("ETA"),
-               TimeRemainingColumn())
+    columns = (
+        TextColumn(label),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=console, disable=not show) as p:
         task = p.add_task(label, total=total)
         yield lambda n: p.advance(task, n)
@@ -32,8 +38,15 @@ def byte_progress(label: str, total: int, show: bool = True) -> Iterator[Callabl
 
 @contextmanager
 def count_progress(label: str, total: int, show: bool = True) -> Iterator[Callable[[int], None]]:
-    columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(), TimeElapsedColumn(),
-               TextColumn("ETA"), TimeRemainingColumn())
+    columns = (
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TaskProgressColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=console, disable=not show) as p:
         task = p.add_task(label, total=total)
         yield lambda n: p.advance(task, n)

@@ -35,8 +35,14 @@ def chunk_job_id(step: int, item_ids: Sequence[str]) -> str:
 
 def _job_data(step: int, ids: list[str], job_id: str) -> object:
     return Queue.prepare_data(
-        JOB_FUNC, args=(step, ids), job_id=job_id, timeout=-1, result_ttl=RESULT_TTL_S, failure_ttl=7 * 86400,
-        retry=Retry(max=ABANDON_RETRIES), description=f"step {step}: {len(ids)} items from {ids[0]}",
+        JOB_FUNC,
+        args=(step, ids),
+        job_id=job_id,
+        timeout=-1,
+        result_ttl=RESULT_TTL_S,
+        failure_ttl=7 * 86400,
+        retry=Retry(max=ABANDON_RETRIES),
+        description=f"step {step}: {len(ids)} items from {ids[0]}",
     )
 
 

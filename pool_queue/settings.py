@@ -13,13 +13,9 @@ from typing import Annotated, Any
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-STEP_WORKERS_DEFAULT = {1: 32, 2: 16, 3: 8}
-
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_file=".env", env_prefix="POOL_", extra="ignore", populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_file=".env", env_prefix="POOL_", extra="ignore", populate_by_name=True)
 
     root: Path = Field(default=Path("pool"), description="package root: items/, frames/, results/, logs/")
     results: Path | None = Field(default=None, description="results root; default <root>/results/pool")
@@ -39,7 +35,12 @@ class Settings(BaseSettings):
 
     # The run package's launcher knobs, with its defaults.
     ngpu: int | None = Field(default=None, validation_alias=AliasChoices("NGPU", "POOL_NGPU"), ge=0)
-    workers: int | None = Field(default=None, validation_alias=AliasChoices("WORKERS", "POOL_WORKERS"), ge=1)
+    workers: int | None = Field(
+        default=None,
+        validation_alias=AliasChoices("WORKERS", "POOL_WORKERS"),
+        ge=1,
+        description="forwards in flight per server; default MAX_SEQS",
+    )
     port0: int = Field(default=8001, validation_alias=AliasChoices("PORT0", "POOL_PORT0"), ge=1, le=65535)
     gpu_util: float = Field(default=0.85, validation_alias=AliasChoices("GPU_UTIL", "POOL_GPU_UTIL"), gt=0, le=1)
     max_seqs: int = Field(default=64, validation_alias=AliasChoices("MAX_SEQS", "POOL_MAX_SEQS"), ge=1)
@@ -74,10 +75,6 @@ class Settings(BaseSettings):
     @property
     def logs_dir(self) -> Path:
         return self.logs if self.logs is not None else self.root / "logs"
-
-    def step_workers(self, step: int) -> int:
-        """Requests in flight per GPU: WORKERS if set, else the run package's per-step default."""
-        return self.workers if self.workers is not None else STEP_WORKERS_DEFAULT[step]
 
     def redis_kwargs(self) -> dict[str, Any]:
         pw = self.redis_password.get_secret_value() if self.redis_password else None

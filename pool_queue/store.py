@@ -109,8 +109,13 @@ class Store:
             return t
         rank = pc.if_else(pc.equal(t.column("status"), "ok"), 0, 1)
         t = t.append_column("_rank", rank).sort_by(
-            [("item_id", "ascending"), ("_rank", "ascending"), ("finished_at", "ascending"),
-             ("segment", "ascending"), ("offset", "ascending")]
+            [
+                ("item_id", "ascending"),
+                ("_rank", "ascending"),
+                ("finished_at", "ascending"),
+                ("segment", "ascending"),
+                ("offset", "ascending"),
+            ]
         )
         ids = t.column("item_id").combine_chunks()
         first = np.ones(len(ids), dtype=bool)
@@ -138,8 +143,12 @@ class Store:
         """Full rows for the index entries given (e.g. the winners), read by offset."""
         out: list[dict[str, Any]] = []
         by_seg: dict[str, list[tuple[int, int]]] = {}
-        for seg, off, n in zip(index.column("segment").to_pylist(), index.column("offset").to_pylist(),
-                               index.column("length").to_pylist(), strict=True):
+        for seg, off, n in zip(
+            index.column("segment").to_pylist(),
+            index.column("offset").to_pylist(),
+            index.column("length").to_pylist(),
+            strict=True,
+        ):
             by_seg.setdefault(seg, []).append((off, n))
         for seg, spans in by_seg.items():
             with (self.root / f"step{step}" / seg).open("rb") as f:
@@ -200,22 +209,28 @@ class Store:
         lengths = nl - starts
         opts = pajson.ParseOptions(explicit_schema=INDEX_FIELDS, unexpected_field_behavior="ignore")
         try:
-            t = pajson.read_json(io.BytesIO(data), parse_options=opts,
-                                 read_options=pajson.ReadOptions(block_size=max(1 << 20, int(lengths.max()) + 2)))
+            t = pajson.read_json(
+                io.BytesIO(data),
+                parse_options=opts,
+                read_options=pajson.ReadOptions(block_size=max(1 << 20, int(lengths.max()) + 2)),
+            )
             keep = np.ones(len(starts), dtype=bool)
         except pa.ArrowInvalid:
             t, keep = self._parse_lines(seg_name, data, starts, lengths)
         n = t.num_rows
         return pa.table(
-            {**{f.name: t.column(f.name) for f in INDEX_FIELDS},
-             "segment": pa.array([seg_name] * n, pa.string()),
-             "offset": pa.array(starts[keep] + base, pa.int64()),
-             "length": pa.array(lengths[keep], pa.int64())},
+            {
+                **{f.name: t.column(f.name) for f in INDEX_FIELDS},
+                "segment": pa.array([seg_name] * n, pa.string()),
+                "offset": pa.array(starts[keep] + base, pa.int64()),
+                "length": pa.array(lengths[keep], pa.int64()),
+            },
             schema=INDEX_SCHEMA,
         )
 
-    def _parse_lines(self, seg_name: str, data: bytes, starts: np.ndarray, lengths: np.ndarray
-                     ) -> tuple[pa.Table, np.ndarray]:
+    def _parse_lines(
+        self, seg_name: str, data: bytes, starts: np.ndarray, lengths: np.ndarray
+    ) -> tuple[pa.Table, np.ndarray]:
         """Slow path for a block with a damaged line: parse line by line and skip what is broken."""
         rows, keep = [], np.zeros(len(starts), dtype=bool)
         for i, (s, n) in enumerate(zip(starts.tolist(), lengths.tolist(), strict=True)):

@@ -48,19 +48,70 @@ BENCHMARKS = (
     Benchmark("SynthYesNo", (2, 2), (0.05, 1.0)),
 )
 
-SUBJECTS = ("the man in the red shirt", "the woman", "the child", "the dog", "the chef", "the driver", "the player",
-            "the person on the left", "the cat", "the teacher", "the cyclist", "the robot arm")
-ACTIONS = (("opens", "open the door"), ("picks", "pick up the cup"), ("starts", "start running"),
-           ("sits", "sit down"), ("turns", "turn off the light"), ("waves", "wave at the camera"),
-           ("drops", "drop the ball"), ("enters", "enter the kitchen"), ("looks", "look at the phone"),
-           ("claps", "clap"))
-TEMPLATES = ("What does {s} do after {s2} {a}?", "Why does {s} {a0}?", "What happens right before {s} {a}?",
-             "Where is {s} when {s2} {a}?", "How many times does {s} {a0}?", "What is {s} holding when {s2} {a}?")
-ANSWERS = ("they leave the room", "they laugh", "a glass breaks", "on the sofa", "in the garden", "twice",
-           "three times", "a red umbrella", "they pick up a book", "the lights turn on", "they wave back",
-           "near the window", "a small box", "they start cooking", "once", "four times", "a blue bag",
-           "they sit down", "at the table", "a phone", "they run outside", "next to the car", "a newspaper",
-           "they close the door", "the music stops", "on the stairs", "a bicycle", "they shake hands")
+SUBJECTS = (
+    "the man in the red shirt",
+    "the woman",
+    "the child",
+    "the dog",
+    "the chef",
+    "the driver",
+    "the player",
+    "the person on the left",
+    "the cat",
+    "the teacher",
+    "the cyclist",
+    "the robot arm",
+)
+ACTIONS = (
+    ("opens", "open the door"),
+    ("picks", "pick up the cup"),
+    ("starts", "start running"),
+    ("sits", "sit down"),
+    ("turns", "turn off the light"),
+    ("waves", "wave at the camera"),
+    ("drops", "drop the ball"),
+    ("enters", "enter the kitchen"),
+    ("looks", "look at the phone"),
+    ("claps", "clap"),
+)
+TEMPLATES = (
+    "What does {s} do after {s2} {a}?",
+    "Why does {s} {a0}?",
+    "What happens right before {s} {a}?",
+    "Where is {s} when {s2} {a}?",
+    "How many times does {s} {a0}?",
+    "What is {s} holding when {s2} {a}?",
+)
+ANSWERS = (
+    "they leave the room",
+    "they laugh",
+    "a glass breaks",
+    "on the sofa",
+    "in the garden",
+    "twice",
+    "three times",
+    "a red umbrella",
+    "they pick up a book",
+    "the lights turn on",
+    "they wave back",
+    "near the window",
+    "a small box",
+    "they start cooking",
+    "once",
+    "four times",
+    "a blue bag",
+    "they sit down",
+    "at the table",
+    "a phone",
+    "they run outside",
+    "next to the car",
+    "a newspaper",
+    "they close the door",
+    "the music stops",
+    "on the stairs",
+    "a bicycle",
+    "they shake hands",
+)
 FRAME_FORMATS = (("jpeg448", 0.5), ("jpegbig", 0.3), ("png", 0.2))
 
 
@@ -156,7 +207,8 @@ def _write_shards(frames_dir: Path, tar_dir: Path, videos: list[str], per_shard:
 def _bad_rows() -> list[dict[str, object]]:
     ok = {"benchmark": "SynthBad", "video_id": "vbad", "question": "Is it?", "options": ["yes", "no"], "answer": "A"}
     return [
-        {**ok, "item_id": "bad-dup"}, {**ok, "item_id": "bad-dup"},
+        {**ok, "item_id": "bad-dup"},
+        {**ok, "item_id": "bad-dup"},
         {**ok, "item_id": "bad-one-option", "options": ["only"]},
         {**ok, "item_id": "bad-27-options", "options": [f"o{i}" for i in range(27)]},
         {**ok, "item_id": "bad-empty-question", "question": "  "},
@@ -180,9 +232,15 @@ def generate(root: Path, cfg: SynthConfig = SynthConfig()) -> SynthSummary:
     videos: list[tuple[str, int]] = []  # (video_id, benchmark index)
     for i in range(cfg.n_videos):
         b = i % n_bench
-        vid = f"k:yt{rng.getrandbits(40):010x}" if rng.random() < cfg.k_fraction else f"v{i:05d}_{BENCHMARKS[b].name[5:9].lower()}"
+        vid = (
+            f"k:yt{rng.getrandbits(40):010x}"
+            if rng.random() < cfg.k_fraction
+            else f"v{i:05d}_{BENCHMARKS[b].name[5:9].lower()}"
+        )
         videos.append((vid, b))
-    rows: dict[str, list[object]] = {k: [] for k in ("item_id", "benchmark", "video_id", "question", "options", "answer")}
+    rows: dict[str, list[object]] = {
+        k: [] for k in ("item_id", "benchmark", "video_id", "question", "options", "answer")
+    }
     for i in range(cfg.n_items):
         vid, b = videos[rng.randrange(len(videos))]
         bench = BENCHMARKS[b]
@@ -192,8 +250,14 @@ def generate(root: Path, cfg: SynthConfig = SynthConfig()) -> SynthSummary:
         if n == 2 and rng.random() < 0.5:
             options.reverse()
         gold = believed_option(q, options)
-        for k, v in (("item_id", f"{bench.name[5:].lower()}-{i:06d}"), ("benchmark", bench.name), ("video_id", vid),
-                     ("question", q), ("options", options), ("answer", LETTERS[gold])):
+        for k, v in (
+            ("item_id", f"{bench.name[5:].lower()}-{i:06d}"),
+            ("benchmark", bench.name),
+            ("video_id", vid),
+            ("question", q),
+            ("options", options),
+            ("answer", LETTERS[gold]),
+        ):
             rows[k].append(v)
     items_dir.mkdir(parents=True)
     table = pa.table(rows)

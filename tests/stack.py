@@ -46,8 +46,8 @@ class Stack:
             rc = self.procs.children[n].wait(max(1, deadline - time.monotonic()))
             assert rc == 0, self.log(n)
 
-    def log(self, name: str) -> str:
-        return (self.procs.log_dir / f"{name}.log").read_text()[-4000:]
+    def log(self, name: str, tail: int = 4000) -> str:
+        return (self.procs.log_dir / f"{name}.log").read_text()[-tail:]
 
     def winners(self, step: int) -> dict[str, dict]:
         w = self.store.winners(step)
@@ -79,7 +79,9 @@ def expected(root: Path) -> dict[int, dict[str, tuple[bool, float]]]:
             fws = []
             for order in P.orders(step, it["item_id"], it["n_options"]):
                 text = P.prompt_text(it["question"], [it["options"][i] for i in order])
-                fws.append(P.judge_forward(answer(PROFILES[prof], text, n_img, 20), it["n_options"], order.index(it["gold"])))
+                fws.append(
+                    P.judge_forward(answer(PROFILES[prof], text, n_img, 20), it["n_options"], order.index(it["gold"]))
+                )
             removed = P.removed(step, fws)
             out[step][it["item_id"]] = (removed, sum(f.margin for f in fws) / len(fws))
             alive = not removed

@@ -38,8 +38,14 @@ def test_video_dir_never_escapes(tmp_path):
 
 @pytest.mark.parametrize(
     ("size", "fmt", "mode", "want"),
-    [((854, 480), "JPEG", "RGB", (448, 252)), ((480, 854), "PNG", "RGB", (252, 448)), ((640, 480), "PNG", "RGBA", (448, 336)),
-     ((300, 200), "JPEG", "L", (448, 299)), ((448, 252), "PNG", "RGB", (448, 252)), ((1000, 1000), "WEBP", "RGB", (448, 448))],
+    [
+        ((854, 480), "JPEG", "RGB", (448, 252)),
+        ((480, 854), "PNG", "RGB", (252, 448)),
+        ((640, 480), "PNG", "RGBA", (448, 336)),
+        ((300, 200), "JPEG", "L", (448, 299)),
+        ((448, 252), "PNG", "RGB", (448, 252)),
+        ((1000, 1000), "WEBP", "RGB", (448, 448)),
+    ],
 )
 def test_resize_to_448_long_side_rgb_jpeg(tmp_path, size, fmt, mode, want):
     src = save(tmp_path / f"f.{fmt.lower()}", size, fmt, mode)
@@ -57,15 +63,15 @@ def test_conforming_jpeg_passes_byte_identical(tmp_path):
 
 def test_corrupt_frames_are_clear_errors(tmp_path):
     (tmp_path / "bad.jpg").write_bytes(b"not an image")
-    with pytest.raises(FrameError, match="bad.jpg"):
+    with pytest.raises(FrameError, match=r"bad\.jpg"):
         prepare_jpeg(tmp_path / "bad.jpg")
     good = save(tmp_path / "t.jpg", (448, 252)).read_bytes()
     (tmp_path / "trunc.jpg").write_bytes(good[: len(good) // 2])
-    with pytest.raises(FrameError, match="trunc.jpg"):
+    with pytest.raises(FrameError, match=r"trunc\.jpg"):
         prepare_jpeg(tmp_path / "trunc.jpg")
     big = save(tmp_path / "big.jpg", (900, 500)).read_bytes()
     (tmp_path / "tbig.jpg").write_bytes(big[:300])
-    with pytest.raises(FrameError, match="tbig.jpg"):
+    with pytest.raises(FrameError, match=r"tbig\.jpg"):
         prepare_jpeg(tmp_path / "tbig.jpg")
 
 
@@ -83,7 +89,9 @@ def test_manifest_verify_and_extract(small_root, tmp_path):
     n = extract(tar_dir, tmp_path / "cache", show=False)
     assert n == m.n_videos == sum(1 for p in (small_root / "frames" / "pool_frames").iterdir())
     first = sorted((tmp_path / "cache").iterdir())[0]
-    assert [p.name for p in list_frames(first)] == [p.name for p in list_frames(small_root / "frames" / "pool_frames" / first.name)]
+    assert [p.name for p in list_frames(first)] == [
+        p.name for p in list_frames(small_root / "frames" / "pool_frames" / first.name)
+    ]
 
 
 def test_manifest_catches_one_changed_byte(small_root, tmp_path):

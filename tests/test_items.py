@@ -65,7 +65,7 @@ def test_duplicate_across_files_and_json_string_options(tmp_path):
     write_jsonl(tmp_path / "items" / "a.jsonl", [{**OK, "item_id": "x"}])
     (tmp_path / "items" / "b.csv").write_text(
         'item_id,benchmark,video_id,question,options,answer\nx,B,v,Q,"[""p"", ""q""]",A\ny,B,v,Q,"[""p"", ""q""]",1\n'
-        'z,B,v,Q,not json,A\n'
+        "z,B,v,Q,not json,A\n"
     )
     s = load_items(tmp_path / "items")
     assert s.items.column("item_id").to_pylist() == ["y"]
@@ -86,5 +86,5 @@ def test_unusable_file_is_a_clear_error(tmp_path):
 def test_mixed_types_in_one_jsonl_column_is_a_file_error(tmp_path):
     (tmp_path / "items").mkdir()
     write_jsonl(tmp_path / "items" / "a.jsonl", [{**OK, "item_id": "x"}, {**OK, "item_id": "y", "answer": 1}])
-    with pytest.raises(ItemsError, match="a.jsonl: cannot read item table"):
+    with pytest.raises(ItemsError, match=r"a\.jsonl: cannot read item table"):
         load_items(tmp_path / "items")

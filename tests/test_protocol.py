@@ -16,9 +16,7 @@ def top(**letters: float) -> list[tuple[str, float]]:
 def test_request_body_is_protocol_v1():
     b = P.request_body(2, "Q?", ["x", "y"], ["data:image/jpeg;base64,AAA"])
     assert b["continue_final_message"] is True and b["add_generation_prompt"] is False
-    assert (
-        b["max_tokens"] == 1 and b["temperature"] == 0 and b["logprobs"] is True and b["top_logprobs"] == 20
-    )
+    assert b["max_tokens"] == 1 and b["temperature"] == 0 and b["logprobs"] is True and b["top_logprobs"] == 20
     user, asst = b["messages"]
     assert asst == {"role": "assistant", "content": "Answer:"}
     assert user["content"][0] == {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,AAA"}}
@@ -40,9 +38,7 @@ def test_orders_put_gold_at_min_n_4_letters(n, gold):
     gold %= n
     positions = [order.index(gold) for order in P.orders(1, "x", n)]
     assert len(set(positions)) == min(n, 4)
-    assert (
-        max(positions.count(p) for p in set(positions)) - min(positions.count(p) for p in set(positions)) <= 1
-    )
+    assert max(positions.count(p) for p in set(positions)) - min(positions.count(p) for p in set(positions)) <= 1
 
 
 @given(n=st.integers(2, 26), gold=st.integers(0, 25), noise=st.floats(-3, 0))
@@ -79,9 +75,7 @@ def test_ties_pick_earliest_letter():
 
 def test_step1_rule_boundaries():
     def fw(hit: bool, margin: float) -> Forward:
-        return Forward(
-            logprobs=[0, 0], floored=[False, False], pred=0 if hit else 1, gold=0, margin=margin, hit=hit
-        )
+        return Forward(logprobs=[0, 0], floored=[False, False], pred=0 if hit else 1, gold=0, margin=margin, hit=hit)
 
     assert not P.removed(1, [fw(True, 1.0)] * 3 + [fw(False, -0.5)])  # 3/4 but mean 0.625 <= ln2
     assert P.removed(1, [fw(True, 1.2)] * 3 + [fw(False, -0.5)])  # 3/4, mean 0.775

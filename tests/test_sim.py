@@ -122,7 +122,9 @@ def test_images_limits_decoding_and_context(sim):
 def test_api_key_and_old_error_form(keyed):
     assert httpx.get(keyed + "/v1/models").status_code == 401
     assert httpx.get(keyed + "/health").status_code == 200
-    assert httpx.get(keyed + "/v1/models", headers={"Authorization": "Bearer wrong"}).json() == {"error": "Unauthorized"}
+    assert httpx.get(keyed + "/v1/models", headers={"Authorization": "Bearer wrong"}).json() == {
+        "error": "Unauthorized"
+    }
     auth = {"Authorization": "Bearer s3cret"}
     assert post(keyed, body(), headers=auth).status_code == 200
     r = post(keyed, body(model="x"), headers=auth)
@@ -136,7 +138,9 @@ def test_removal_profile_over_generated_pool(small_root):
     for it in items:
         fws = []
         for order in P.orders(1, it["item_id"], it["n_options"]):
-            top = answer(PROFILES["qwen3-vl-8b"], P.prompt_text(it["question"], [it["options"][i] for i in order]), 0, 20)
+            top = answer(
+                PROFILES["qwen3-vl-8b"], P.prompt_text(it["question"], [it["options"][i] for i in order]), 0, 20
+            )
             fws.append(P.judge_forward(top, it["n_options"], order.index(it["gold"])))
         rates.setdefault(it["benchmark"], []).append(P.removed(1, fws))
     frac = {b: sum(v) / len(v) for b, v in rates.items()}
@@ -152,13 +156,17 @@ def test_images_raise_accuracy_and_position_bias(small_root):
     def acc(n_img):
         hits = 0
         for it in items:
-            f = P.judge_forward(answer(prof, P.prompt_text(it["question"], it["options"]), n_img, 20), it["n_options"], it["gold"])
+            f = P.judge_forward(
+                answer(prof, P.prompt_text(it["question"], it["options"]), n_img, 20), it["n_options"], it["gold"]
+            )
             hits += f.hit
         return hits / len(items)
 
     assert acc(32) > acc(1) > acc(0)
-    preds = [P.judge_forward(answer(prof, P.prompt_text("neutral %d" % i, ["p", "q", "r", "s"]), 0, 20), 4, 0).pred
-             for i in range(400)]
+    preds = [
+        P.judge_forward(answer(prof, P.prompt_text(f"neutral {i}", ["p", "q", "r", "s"]), 0, 20), 4, 0).pred
+        for i in range(400)
+    ]
     assert preds.count(0) > preds.count(3) * 1.2
 
 
@@ -172,8 +180,15 @@ def test_status_faults(procs, kind):
 
 
 def test_transport_faults(procs):
-    url = procs.sim("sim-ft", free_port(), "--zero-latency", "--hang-s", "30",
-                    "--fault-schedule", "1:hang,2:reset,3:malformed,4:nologprobs")
+    url = procs.sim(
+        "sim-ft",
+        free_port(),
+        "--zero-latency",
+        "--hang-s",
+        "30",
+        "--fault-schedule",
+        "1:hang,2:reset,3:malformed,4:nologprobs",
+    )
     wait_health(url, 20)
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(url + CHAT, json=body(), timeout=0.5)
@@ -189,8 +204,9 @@ def test_fault_rates_are_reproducible(procs):
     def run():
         url = procs.sim("sim-fr", free_port(), "--zero-latency", "--faults", "500:0.3", "--fault-seed", "7")
         wait_health(url, 20)
-        codes = [post(url, body(messages=P.request_body(1, f"q{i}", ["a", "b"])["messages"])).status_code
-                 for i in range(40)]
+        codes = [
+            post(url, body(messages=P.request_body(1, f"q{i}", ["a", "b"])["messages"])).status_code for i in range(40)
+        ]
         procs.stop("sim-fr")
         return codes
 
@@ -222,6 +238,7 @@ def test_capacity_model_rises_then_flattens(procs):
     async def rate(conc: int, n: int = 48) -> float:
         sem = asyncio.Semaphore(conc)
         async with httpx.AsyncClient(timeout=30) as c:
+
             async def one(i):
                 async with sem:
                     r = await c.post(url + CHAT, json=body(messages=P.request_body(1, f"q{i}", ["a", "b"])["messages"]))

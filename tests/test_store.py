@@ -9,8 +9,17 @@ from pool_queue.store import Store, StoreError
 
 
 def row(item_id, status="ok", t=1.0, fp="fp1", removed=False, kind=None, **kw):
-    return {"item_id": item_id, "step": 1, "status": status, "benchmark": "B", "error_kind": kind,
-            "removed": removed if status == "ok" else None, "finished_at": t, "fingerprint": fp, **kw}
+    return {
+        "item_id": item_id,
+        "step": 1,
+        "status": status,
+        "benchmark": "B",
+        "error_kind": kind,
+        "removed": removed if status == "ok" else None,
+        "finished_at": t,
+        "fingerprint": fp,
+        **kw,
+    }
 
 
 def test_write_read_and_winner_rules(tmp_path):

@@ -78,8 +78,15 @@ def parse_answer(content: bytes) -> tuple[list[tuple[str, float]], int | None]:
 
 
 class VLLMClient:
-    def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 120.0,
-                 max_attempts: int = 4, max_connections: int = 256, backoff_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        timeout_s: float = 120.0,
+        max_attempts: int = 4,
+        max_connections: int = 256,
+        backoff_s: float = 0.5,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
@@ -87,10 +94,15 @@ class VLLMClient:
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self.http = httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=AiohttpTransport(limits=limits),
-                                      timeout=httpx.Timeout(timeout_s, connect=10.0))
+        self.http = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers=headers,
+            transport=AiohttpTransport(limits=limits),
+            timeout=httpx.Timeout(timeout_s, connect=10.0),
+        )
         self._probe: asyncio.Task[bool] | None = None
         self.outage_s = 0.0  # time spent waiting for a down server
+        self._down_since: float | None = None
         self.retries = 0
 
     async def aclose(self) -> None:
@@ -111,22 +123,25 @@ class VLLMClient:
         return await asyncio.shield(self._probe)
 
     async def wait_up(self, poll_s: float = 1.0) -> None:
-        t0 = time.monotonic()
-        warned = False
+        """Wait until /health answers; an outage is logged and timed once, however many forwards wait."""
         while not await self._server_up():
-            if not warned:
+            if self._down_since is None:
+                self._down_since = time.monotonic()
                 log.warning("%s is down (/health fails): waiting for it; no item is charged", self.base_url)
-                warned = True
             await asyncio.sleep(poll_s)
-        if warned:
-            self.outage_s += time.monotonic() - t0
-            log.warning("%s is back after %.0f s", self.base_url, time.monotonic() - t0)
+        if self._down_since is not None:
+            took = time.monotonic() - self._down_since
+            self._down_since = None
+            self.outage_s += took
+            log.warning("%s is back after %.0f s", self.base_url, took)
 
     async def served_models(self) -> list[dict[str, Any]]:
         r = await self.http.get("/v1/models", timeout=15.0)
         if r.status_code in (401, 403):
-            raise ServerMisconfigured(f"{self.base_url}: /v1/models refused the API key (HTTP {r.status_code}); "
-                                      "set VLLM_API_KEY to the server's key")
+            raise ServerMisconfigured(
+                f"{self.base_url}: /v1/models refused the API key (HTTP {r.status_code}); "
+                "set VLLM_API_KEY to the server's key"
+            )
         r.raise_for_status()
         return list(orjson.loads(r.content).get("data", []))
 

@@ -23,7 +23,7 @@ async def _main(argv: list[str] | None) -> int:
     p.add_argument("--server", help="vLLM base URL, e.g. http://127.0.0.1:8001 (default: first of POOL_SERVERS)")
     p.add_argument("--name", help="worker name shown by `rq info` (default: server + host + pid)")
     p.add_argument("--steps", help="comma-separated steps to take (default: every step the server's model serves)")
-    p.add_argument("--inflight", type=int, help="forwards in flight to the server (default WORKERS, else 32/16/8 by step)")
+    p.add_argument("--inflight", type=int, help="forwards in flight to the server (default WORKERS, else MAX_SEQS)")
     p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
     p.add_argument("--allow-unpinned", action="store_true", help="accept a server whose root shows no revision")
     p.add_argument("--log-level", default="INFO")
@@ -51,13 +51,24 @@ async def _main(argv: list[str] | None) -> int:
     except (ServerMisconfigured, StoreError, ItemsError) as e:
         await client.aclose()
         fail(str(e))
-    inflight = a.inflight or s.step_workers(min(steps))
+    inflight = a.inflight or s.workers or s.max_seqs  # keep the server's batch full
     conn = Redis.from_url(s.redis_url, **s.redis_kwargs())
     name = a.name or default_name(server)
-    logging.getLogger("pool.worker").info("%s: steps %s via %s, %d in flight, %d items known", name, steps, server,
-                                          inflight, items.items.num_rows)
-    w = Worker(name=name, server=server, steps=steps, protocol=protocol, items=items, store=store,
-               frames_dir=s.frames_dir, conn=conn, client=client, max_inflight=inflight)
+    logging.getLogger("pool.worker").info(
+        "%s: steps %s via %s, %d in flight, %d items known", name, steps, server, inflight, items.items.num_rows
+    )
+    w = Worker(
+        name=name,
+        server=server,
+        steps=steps,
+        protocol=protocol,
+        items=items,
+        store=store,
+        frames_dir=s.frames_dir,
+        conn=conn,
+        client=client,
+        max_inflight=inflight,
+    )
     try:
         return await w.run(burst=a.burst)
     finally:

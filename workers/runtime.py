@@ -48,9 +48,21 @@ class Counters:
 
 
 class Worker:
-    def __init__(self, *, name: str, server: str, steps: list[int], protocol: Protocol, items: ItemSet,
-                 store: Store, frames_dir: Path, conn: Redis, client: VLLMClient, max_inflight: int,
-                 poll_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        *,
+        name: str,
+        server: str,
+        steps: list[int],
+        protocol: Protocol,
+        items: ItemSet,
+        store: Store,
+        frames_dir: Path,
+        conn: Redis,
+        client: VLLMClient,
+        max_inflight: int,
+        poll_s: float = 0.5,
+    ) -> None:
         self.name = name
         self.server = server
         self.steps = steps
@@ -66,8 +78,13 @@ class Worker:
         self.queues = [step_queue(conn, s) for s in sorted(steps, reverse=True)]  # later steps first
         self.inflight = asyncio.Semaphore(max_inflight)
         spec = protocol.steps[steps[0]]
-        self.screener = Screener(protocol, client, frames_dir,
-                                 Identity(protocol.fingerprint, spec.model, spec.revision, server, name), self.inflight)
+        self.screener = Screener(
+            protocol,
+            client,
+            frames_dir,
+            Identity(protocol.fingerprint, spec.model, spec.revision, server, name),
+            self.inflight,
+        )
         self.writers: dict[int, SegmentWriter] = {}
         self.active: dict[str, leases.Lease] = {}
         self.backlog = 0  # forwards of started items not yet answered
@@ -85,8 +102,11 @@ class Worker:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal)
         await asyncio.to_thread(self.rq.register_birth)
-        side = [asyncio.create_task(self._heartbeats()), asyncio.create_task(self._rescue_loop()),
-                asyncio.create_task(self._report_loop())]
+        side = [
+            asyncio.create_task(self._heartbeats()),
+            asyncio.create_task(self._rescue_loop()),
+            asyncio.create_task(self._report_loop()),
+        ]
         runs: set[asyncio.Task[None]] = set()
         try:
             while not self.stopping.is_set():
@@ -185,9 +205,21 @@ class Worker:
     def _error_row(self, step: int, item_id: str, error: str) -> Row:
         t = time.time()
         spec = self.protocol.steps[step]
-        return Row(item_id=item_id, step=step, status="error", benchmark="", error=error, error_kind="permanent",
-                   fingerprint=self.protocol.fingerprint, model=spec.model, revision=spec.revision,
-                   server=self.server, worker=self.name, started_at=t, finished_at=t)
+        return Row(
+            item_id=item_id,
+            step=step,
+            status="error",
+            benchmark="",
+            error=error,
+            error_kind="permanent",
+            fingerprint=self.protocol.fingerprint,
+            model=spec.model,
+            revision=spec.revision,
+            server=self.server,
+            worker=self.name,
+            started_at=t,
+            finished_at=t,
+        )
 
     def _writer(self, step: int) -> SegmentWriter:
         if step not in self.writers:
@@ -211,8 +243,9 @@ class Worker:
         return [i for i, v in pairs if step + 1 == 3 or self._has_frames(v)]
 
     def _survivors(self, step: int, rows: list[Row]) -> list[str]:
-        return self._eligible_next(step, [(r.item_id, r.video_id) for r in rows
-                                          if r.status == "ok" and r.removed is False])
+        return self._eligible_next(
+            step, [(r.item_id, r.video_id) for r in rows if r.status == "ok" and r.removed is False]
+        )
 
     def _stored_survivors(self, step: int, skipped: set[str]) -> list[str]:
         """Survivors among items a re-delivered job skipped: their chain may not have been sent."""
@@ -262,9 +295,19 @@ class Worker:
     def _log_progress(self) -> None:
         c = self.count
         dt = max(1e-9, time.monotonic() - c.started)
-        log.info("%s: %d items (%.1f/s), %d forwards (%.1f/s), %d removed, %d errors, %d jobs, %d retries, "
-                 "outage %.0f s", self.name, c.items, c.items / dt, c.forwards, c.forwards / dt, c.removed, c.errors,
-                 c.jobs, self.client.retries, self.client.outage_s)
+        log.info(
+            "%s: %d items (%.1f/s), %d forwards (%.1f/s), %d removed, %d errors, %d jobs, %d retries, outage %.0f s",
+            self.name,
+            c.items,
+            c.items / dt,
+            c.forwards,
+            c.forwards / dt,
+            c.removed,
+            c.errors,
+            c.jobs,
+            self.client.retries,
+            self.client.outage_s,
+        )
 
 
 async def _first(*aws: object) -> None:

@@ -39,8 +39,9 @@ class Identity:
 
 
 class Screener:
-    def __init__(self, protocol: Protocol, client: VLLMClient, frames_dir: Path, who: Identity,
-                 inflight: asyncio.Semaphore) -> None:
+    def __init__(
+        self, protocol: Protocol, client: VLLMClient, frames_dir: Path, who: Identity, inflight: asyncio.Semaphore
+    ) -> None:
         self.protocol = protocol
         self.client = client
         self.frames_dir = frames_dir
@@ -66,16 +67,25 @@ class Screener:
 
     async def screen(self, step: int, item: Item) -> Row:
         started = time.time()
-        base: dict[str, Any] = {"item_id": item.item_id, "step": step, "benchmark": item.benchmark,
-                                "video_id": item.video_id, "fingerprint": self.who.fingerprint,
-                                "model": self.who.model, "revision": self.who.revision, "server": self.who.server,
-                                "worker": self.who.worker, "started_at": started}
+        base: dict[str, Any] = {
+            "item_id": item.item_id,
+            "step": step,
+            "benchmark": item.benchmark,
+            "video_id": item.video_id,
+            "fingerprint": self.who.fingerprint,
+            "model": self.who.model,
+            "revision": self.who.revision,
+            "server": self.who.server,
+            "worker": self.who.worker,
+            "started_at": started,
+        }
         n = len(item.options)
         orders = self.protocol.orders(step, item.item_id, n)
         try:
             urls, idx, n_total = await asyncio.to_thread(self._images, step, item)
-            bodies = [self.protocol.request_body(step, item.question, [item.options[i] for i in o], urls)
-                      for o in orders]
+            bodies = [
+                self.protocol.request_body(step, item.question, [item.options[i] for i in o], urls) for o in orders
+            ]
             answers = await asyncio.gather(*(self._send(b) for b in bodies), return_exceptions=True)
         except FrameError as e:
             return Row(**base, status="error", error=str(e), error_kind="permanent", finished_at=time.time())
@@ -86,22 +96,49 @@ class Screener:
             if not isinstance(worst, ForwardError):
                 raise worst  # not an item problem (misconfigured server, cancellation): no row
             attempts += sum(getattr(f, "attempts", 1) for f in failures)
-            return Row(**base, status="error", error=str(worst), error_kind=worst.kind, attempts=attempts,  # type: ignore[arg-type]
-                       frame_indices=idx, n_frames_total=n_total, finished_at=time.time())
+            return Row(
+                **base,
+                status="error",
+                error=str(worst),
+                error_kind=worst.kind,
+                attempts=attempts,  # type: ignore[arg-type]
+                frame_indices=idx,
+                n_frames_total=n_total,
+                finished_at=time.time(),
+            )
         records = []
         judged = []
         for order, ans in zip(orders, answers, strict=True):
             assert isinstance(ans, Answer)
             f = self.protocol.judge_forward(ans.top, n, order.index(item.gold))
             judged.append(f)
-            records.append(ForwardRecord(
-                order=order, gold=LETTERS[f.gold], logprobs={LETTERS[i]: v for i, v in enumerate(f.logprobs)},
-                floored=[LETTERS[i] for i, fl in enumerate(f.floored) if fl], pred=LETTERS[f.pred], margin=f.margin,
-                hit=f.hit, top=ans.top, prompt_tokens=ans.prompt_tokens, attempts=ans.attempts,
-                latency_s=round(ans.latency_s, 4)))
+            records.append(
+                ForwardRecord(
+                    order=order,
+                    gold=LETTERS[f.gold],
+                    logprobs={LETTERS[i]: v for i, v in enumerate(f.logprobs)},
+                    floored=[LETTERS[i] for i, fl in enumerate(f.floored) if fl],
+                    pred=LETTERS[f.pred],
+                    margin=f.margin,
+                    hit=f.hit,
+                    top=ans.top,
+                    prompt_tokens=ans.prompt_tokens,
+                    attempts=ans.attempts,
+                    latency_s=round(ans.latency_s, 4),
+                )
+            )
         first = judged[0]
-        return Row(**base, status="ok", attempts=attempts, removed=self.protocol.removed(step, judged),
-                   pred=LETTERS[orders[0][first.pred]],
-                   margin=sum(f.margin for f in judged) / len(judged), n_hits=sum(f.hit for f in judged),
-                   n_perm=len(judged), forwards=records, frame_indices=idx, n_frames_total=n_total or None,
-                   finished_at=time.time())
+        return Row(
+            **base,
+            status="ok",
+            attempts=attempts,
+            removed=self.protocol.removed(step, judged),
+            pred=LETTERS[orders[0][first.pred]],
+            margin=sum(f.margin for f in judged) / len(judged),
+            n_hits=sum(f.hit for f in judged),
+            n_perm=len(judged),
+            forwards=records,
+            frame_indices=idx,
+            n_frames_total=n_total or None,
+            finished_at=time.time(),
+        )

@@ -26,8 +26,9 @@ def served_steps(protocol: Protocol, models: list[dict[str, Any]], allow_unpinne
         if _pinned(root, spec.revision) or (allow_unpinned and root in (spec.model, spec.served_name)):
             steps.append(step)
         else:
-            problems.append(f"step {step} needs {spec.model} at revision {spec.revision}, the server's root is "
-                            f"{root!r}")
+            problems.append(
+                f"step {step} needs {spec.model} at revision {spec.revision}, the server's root is {root!r}"
+            )
     if problems:
         raise ServerMisconfigured("; ".join(problems) + " (serve the pinned snapshot, as pool-launch does)")
     if not steps:

@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> None:
                 part = todo[i : i + step_items]
                 jobs += enqueue_chunks(conn, a.step, part, s.chunk_size)
                 advance(len(part))
-        con.print(f"enqueued {len(todo)} items as {jobs} jobs on {step_queue(conn, a.step).name} "
-                  f"in {time.perf_counter() - t0:.1f} s")
+        con.print(
+            f"enqueued {len(todo)} items as {jobs} jobs on {step_queue(conn, a.step).name} "
+            f"in {time.perf_counter() - t0:.1f} s"
+        )
     print(f"REMAINING_TOTAL={plan.eligible.num_rows - plan.settled}")

@@ -10,7 +10,9 @@ from ._cli import fail, parser, settings
 
 def main(argv: list[str] | None = None) -> None:
     p = parser("pool-frames", __doc__ or "")
-    p.add_argument("--tars", type=Path, help="folder with the shards and frames_manifest.json (default <root>/frames_tar)")
+    p.add_argument(
+        "--tars", type=Path, help="folder with the shards and frames_manifest.json (default <root>/frames_tar)"
+    )
     p.add_argument("--verify-only", action="store_true", help="check checksums, extract nothing")
     a = p.parse_args(argv)
     s = settings(a)

@@ -26,7 +26,9 @@ def main(argv: list[str] | None = None) -> None:
     con = Console()
     per_bench = items.items.group_by("benchmark").aggregate([("item_id", "count")]).sort_by("benchmark")
     t = Table("benchmark", "items", title=f"{items.items.num_rows} valid of {items.n_read} read from {s.items_dir}")
-    for b, n in zip(per_bench.column("benchmark").to_pylist(), per_bench.column("item_id_count").to_pylist(), strict=True):
+    for b, n in zip(
+        per_bench.column("benchmark").to_pylist(), per_bench.column("item_id_count").to_pylist(), strict=True
+    ):
         t.add_row(b, str(n))
     con.print(t)
     rej = items.rejected

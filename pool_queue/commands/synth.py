@@ -21,12 +21,20 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--bad-items", action="store_true", help="add a file of invalid items (one per rule)")
     p.add_argument("--corrupt-frames", type=int, default=0, help="videos whose frames get damaged")
     a = p.parse_args(argv)
-    cfg = SynthConfig(n_items=a.items, n_videos=a.videos, seed=a.seed, frames=(a.min_frames, a.max_frames),
-                      bad_items=a.bad_items, corrupt_frames=a.corrupt_frames)
+    cfg = SynthConfig(
+        n_items=a.items,
+        n_videos=a.videos,
+        seed=a.seed,
+        frames=(a.min_frames, a.max_frames),
+        bad_items=a.bad_items,
+        corrupt_frames=a.corrupt_frames,
+    )
     t0 = time.perf_counter()
     try:
         s = generate(a.root, cfg)
     except FileExistsError as e:
         fail(str(e))
-    print(f"wrote {a.root}: {s.n_items} items, {s.n_videos_with_frames} videos with frames "
-          f"({s.n_frames} frames, {s.n_shards} shards) in {time.perf_counter() - t0:.1f} s")
+    print(
+        f"wrote {a.root}: {s.n_items} items, {s.n_videos_with_frames} videos with frames "
+        f"({s.n_frames} frames, {s.n_shards} shards) in {time.perf_counter() - t0:.1f} s"
+    )

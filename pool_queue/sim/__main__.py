@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -51,17 +51,36 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from e
-    cfg = SimConfig(profile=prof, served_name=a.served_model_name or prof.model, max_num_seqs=a.max_num_seqs,
-                    max_logprobs=a.max_logprobs, max_images=a.limit_images, max_model_len=a.max_model_len,
-                    api_key=a.api_key or os.environ.get("VLLM_API_KEY") or None, warmup_s=a.warmup_s,
-                    zero_latency=a.zero_latency, speed=a.speed, old_errors=a.old_errors, exit_after=a.exit_after,
-                    hang_s=a.hang_s, faults=faults)
+    cfg = SimConfig(
+        profile=prof,
+        served_name=a.served_model_name or prof.model,
+        max_num_seqs=a.max_num_seqs,
+        max_logprobs=a.max_logprobs,
+        max_images=a.limit_images,
+        max_model_len=a.max_model_len,
+        api_key=a.api_key or os.environ.get("VLLM_API_KEY") or None,
+        warmup_s=a.warmup_s,
+        zero_latency=a.zero_latency,
+        speed=a.speed,
+        old_errors=a.old_errors,
+        exit_after=a.exit_after,
+        hang_s=a.hang_s,
+        faults=faults,
+    )
     if a.startup_delay_s:
         time.sleep(a.startup_delay_s)
     server = SimServer(cfg)
     server.engine_dead = a.engine_dead
-    logging.info("pool-sim %s serving %s on %s:%d (max_num_seqs=%d, zero_latency=%s, faults=%s)", prof.name,
-                 cfg.served_name, a.host, a.port, cfg.max_num_seqs, cfg.zero_latency, a.faults or "none")
+    logging.info(
+        "pool-sim %s serving %s on %s:%d (max_num_seqs=%d, zero_latency=%s, faults=%s)",
+        prof.name,
+        cfg.served_name,
+        a.host,
+        a.port,
+        cfg.max_num_seqs,
+        cfg.zero_latency,
+        a.faults or "none",
+    )
     web.run_app(server.app(), host=a.host, port=a.port, access_log=None, print=None)
 
 

@@ -63,23 +63,29 @@ def check(body: Any, lim: Limits) -> Parsed:
         raise SimError(400, "messages: field required")
     model = body.get("model")
     if model != lim.served_name:
-        raise SimError(404, f"The model `{model}` does not exist. Valid aliases: {lim.served_name}", "NotFoundError",
-                       "model")
+        raise SimError(
+            404, f"The model `{model}` does not exist. Valid aliases: {lim.served_name}", "NotFoundError", "model"
+        )
     logprobs = bool(body.get("logprobs", False))
     top_k = body.get("top_logprobs")
     if top_k is not None:
         if not logprobs:
             raise SimError(400, "when using `top_logprobs`, `logprobs` must be set to true.", param="top_logprobs")
         if top_k > lim.max_logprobs:
-            raise SimError(400, f"Requested sample logprobs of {top_k}, which is greater than max allowed: "
-                           f"{lim.max_logprobs} (parameter=logprobs, value={top_k})", param="logprobs")
+            raise SimError(
+                400,
+                f"Requested sample logprobs of {top_k}, which is greater than max allowed: "
+                f"{lim.max_logprobs} (parameter=logprobs, value={top_k})",
+                param="logprobs",
+            )
     cont = bool(body.get("continue_final_message", False))
     if cont and body.get("add_generation_prompt", True):
         raise SimError(400, "Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
     msgs = body["messages"]
     if cont and (not isinstance(msgs[-1], dict) or msgs[-1].get("role") != "assistant"):
-        raise SimError(400, "continue_final_message is set but the final message does not appear to be an "
-                       "assistant message")
+        raise SimError(
+            400, "continue_final_message is set but the final message does not appear to be an assistant message"
+        )
     texts: list[str] = []
     urls: list[str] = []
     for m in msgs:
@@ -93,15 +99,24 @@ def check(body: Any, lim: Limits) -> Parsed:
             elif part.get("type") == "image_url":
                 urls.append(str((part.get("image_url") or {}).get("url", "")))
     if len(urls) > lim.max_images:
-        raise SimError(400, f"At most {lim.max_images} image(s) may be provided in one prompt. (parameter=image)",
-                       param="image")
+        raise SimError(
+            400, f"At most {lim.max_images} image(s) may be provided in one prompt. (parameter=image)", param="image"
+        )
     img_tokens = sum(image_tokens(*_image_size(u)) for u in urls)
     user_text = texts[0] if texts else ""
     total = img_tokens + sum(text_tokens(t) for t in texts) + 6 * len(msgs)
     if total > lim.max_model_len:
-        raise SimError(400, f"This model's maximum context length is {lim.max_model_len} tokens. However, your "
-                       f"prompt contains at least {total} input tokens, which exceeds this limit even without any "
-                       "output tokens.")
+        raise SimError(
+            400,
+            f"This model's maximum context length is {lim.max_model_len} tokens. However, your "
+            f"prompt contains at least {total} input tokens, which exceeds this limit even without any "
+            "output tokens.",
+        )
     prefix = img_tokens + text_tokens(user_text.split("\nA. ", 1)[0])
-    return Parsed(text=user_text, n_images=len(urls), prompt_tokens=total, prefix_tokens=prefix,
-                  top_k=int(top_k or 0) if logprobs else 0)
+    return Parsed(
+        text=user_text,
+        n_images=len(urls),
+        prompt_tokens=total,
+        prefix_tokens=prefix,
+        top_k=int(top_k or 0) if logprobs else 0,
+    )

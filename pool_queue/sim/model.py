@@ -15,8 +15,31 @@ from dataclasses import dataclass
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _OPTION_LINE = re.compile(r"^([A-Z])\. (.*)$")
-FILLER_TOKENS = (" The", " I", "\n", " Based", " It", " Option", " This", " None", " **", " (", ":", " a",
-                 " the", " answer", " Answer", "\n\n", " In", " We", " To", " Yes", " No", " From", " As")
+FILLER_TOKENS = (
+    " The",
+    " I",
+    "\n",
+    " Based",
+    " It",
+    " Option",
+    " This",
+    " None",
+    " **",
+    " (",
+    ":",
+    " a",
+    " the",
+    " answer",
+    " Answer",
+    "\n\n",
+    " In",
+    " We",
+    " To",
+    " Yes",
+    " No",
+    " From",
+    " As",
+)
 
 
 def unit(*parts: str) -> float:
@@ -51,10 +74,26 @@ class Profile:
 
 
 PROFILES = {
-    "qwen3-vl-8b": Profile("qwen3-vl-8b", "Qwen/Qwen3-VL-8B-Instruct", "0c351dd01ed87e9c1b53cbc748cba10e6187ff3b",
-                           32768, 60_000.0, 0.02, 7.0, 3.0),
-    "qwen3-vl-2b": Profile("qwen3-vl-2b", "Qwen/Qwen3-VL-2B-Instruct", "89644892e4d85e24eaac8bacfd4f463576704203",
-                           32768, 25_000.0, 0.05, 5.0, 1.4),
+    "qwen3-vl-8b": Profile(
+        "qwen3-vl-8b",
+        "Qwen/Qwen3-VL-8B-Instruct",
+        "0c351dd01ed87e9c1b53cbc748cba10e6187ff3b",
+        32768,
+        60_000.0,
+        0.02,
+        7.0,
+        3.0,
+    ),
+    "qwen3-vl-2b": Profile(
+        "qwen3-vl-2b",
+        "Qwen/Qwen3-VL-2B-Instruct",
+        "89644892e4d85e24eaac8bacfd4f463576704203",
+        32768,
+        25_000.0,
+        0.05,
+        5.0,
+        1.4,
+    ),
 }
 
 

@@ -68,18 +68,32 @@ def snapshot_path(model: str, revision: str) -> str:
 class SimServer:
     def __init__(self, cfg: SimConfig) -> None:
         self.cfg = cfg
-        self.limits = Limits(cfg.served_name, cfg.max_logprobs, cfg.max_images,
-                             cfg.max_model_len or cfg.profile.max_model_len)
+        self.limits = Limits(
+            cfg.served_name, cfg.max_logprobs, cfg.max_images, cfg.max_model_len or cfg.profile.max_model_len
+        )
         self.stats = Stats()
         self.started = time.time()
         self.created = int(self.started)
         self.engine_dead = False
         self._slots = asyncio.Semaphore(cfg.max_num_seqs)
         self._prefixes: OrderedDict[bytes, None] = OrderedDict()
-        self._models = orjson.dumps({"object": "list", "data": [{
-            "id": cfg.served_name, "object": "model", "created": self.created, "owned_by": "vllm",
-            "root": snapshot_path(cfg.profile.model, cfg.profile.revision), "parent": None,
-            "max_model_len": self.limits.max_model_len, "permission": []}]})
+        self._models = orjson.dumps(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": cfg.served_name,
+                        "object": "model",
+                        "created": self.created,
+                        "owned_by": "vllm",
+                        "root": snapshot_path(cfg.profile.model, cfg.profile.revision),
+                        "parent": None,
+                        "max_model_len": self.limits.max_model_len,
+                        "permission": [],
+                    }
+                ],
+            }
+        )
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=256 * 1024 * 1024)
@@ -147,18 +161,23 @@ class SimServer:
             return self._error(e)
         await self._run(parsed)
         if fault == "reset":
-            resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json",
-                                                           "Content-Length": "4096"})
+            resp = web.StreamResponse(
+                status=200, headers={"Content-Type": "application/json", "Content-Length": "4096"}
+            )
             await resp.prepare(request)
             await resp.write(b'{"id": "chatcmpl-')
             if request.transport is not None:
                 request.transport.abort()
             return resp
         if fault == "malformed":
-            return web.Response(body=b'{"id": "chatcmpl-x", "choices": [{"index": 0, "logpro', status=200,
-                                content_type="application/json")
-        return web.Response(body=self._completion(raw, parsed, with_logprobs=fault != "nologprobs"),
-                            content_type="application/json")
+            return web.Response(
+                body=b'{"id": "chatcmpl-x", "choices": [{"index": 0, "logpro',
+                status=200,
+                content_type="application/json",
+            )
+        return web.Response(
+            body=self._completion(raw, parsed, with_logprobs=fault != "nologprobs"), content_type="application/json"
+        )
 
     # ---- pieces -------------------------------------------------------------------------------
 
@@ -208,18 +227,45 @@ class SimServer:
         entries = [{"token": t, "logprob": v, "bytes": list(t.encode())} for t, v in top[: p.top_k]]
         logprobs: Any = None
         if with_logprobs:
-            logprobs = {"content": [{"token": tok, "logprob": lp, "bytes": list(tok.encode()),
-                                     "top_logprobs": entries}]}
+            logprobs = {
+                "content": [{"token": tok, "logprob": lp, "bytes": list(tok.encode()), "top_logprobs": entries}]
+            }
         rid = hashlib.blake2b(raw, digest_size=16).hexdigest()
-        return orjson.dumps({
-            "id": f"chatcmpl-{rid}", "object": "chat.completion", "created": self.created,
-            "model": self.cfg.served_name,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": tok, "refusal": None,
-                                                 "annotations": None, "audio": None, "function_call": None,
-                                                 "tool_calls": [], "reasoning": None},
-                         "logprobs": logprobs, "finish_reason": "length", "stop_reason": None, "token_ids": None}],
-            "service_tier": None, "system_fingerprint": None,
-            "usage": {"prompt_tokens": p.prompt_tokens, "total_tokens": p.prompt_tokens + 1, "completion_tokens": 1,
-                      "prompt_tokens_details": None},
-            "prompt_logprobs": None, "prompt_token_ids": None, "kv_transfer_params": None,
-        })
+        return orjson.dumps(
+            {
+                "id": f"chatcmpl-{rid}",
+                "object": "chat.completion",
+                "created": self.created,
+                "model": self.cfg.served_name,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {
+                            "role": "assistant",
+                            "content": tok,
+                            "refusal": None,
+                            "annotations": None,
+                            "audio": None,
+                            "function_call": None,
+                            "tool_calls": [],
+                            "reasoning": None,
+                        },
+                        "logprobs": logprobs,
+                        "finish_reason": "length",
+                        "stop_reason": None,
+                        "token_ids": None,
+                    }
+                ],
+                "service_tier": None,
+                "system_fingerprint": None,
+                "usage": {
+                    "prompt_tokens": p.prompt_tokens,
+                    "total_tokens": p.prompt_tokens + 1,
+                    "completion_tokens": 1,
+                    "prompt_tokens_details": None,
+                },
+                "prompt_logprobs": None,
+                "prompt_token_ids": None,
+                "kv_transfer_params": None,
+            }
+        )

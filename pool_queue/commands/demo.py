@@ -1,0 +1,102 @@
+"""pool-demo: the whole screen on this machine: synthetic pool, embedded Redis, simulated vLLM servers
+(two 8B, one 2B), one worker per server, all three steps chained, live progress with ETA, summary.
+
+Every process it starts is stopped on exit, Ctrl-C included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.compute as pc
+from redis import Redis
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from ..items import load_items
+from ..plan import eligible
+from ..procs import Procs, free_port, wait_health
+from ..progress import console
+from ..protocol import Protocol
+from ..queue import step_queue
+from ..store import Store
+from ..synth import SynthConfig, generate
+from . import enqueue
+
+
+def _busy(conn: Redis) -> bool:
+    qs = [step_queue(conn, s) for s in (1, 2, 3)]
+    return any(q.count or q.started_job_registry.count or conn.llen(q.intermediate_queue_key) for q in qs)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="pool-demo", description=__doc__)
+    p.add_argument("--root", type=Path, default=Path("demo-pool"), help="package root (generated if absent)")
+    p.add_argument("--items", type=int, default=2000)
+    p.add_argument("--videos", type=int, default=300)
+    p.add_argument("--speed", type=float, default=4.0, help="simulated GPUs run this many times faster than an H200")
+    p.add_argument("--fresh", action="store_true", help="start a new results root (keep the pool)")
+    a = p.parse_args(argv)
+    con = Console()
+    if not (a.root / "items").exists():
+        con.print(f"generating a synthetic pool in {a.root} ({a.items} items, {a.videos} videos)...")
+        generate(a.root, SynthConfig(n_items=a.items, n_videos=a.videos))
+    results = a.root / "results" / "pool"
+    if a.fresh and results.exists():
+        results = a.root / "results" / f"pool-{time.strftime('%Y%m%dT%H%M%S')}"
+    protocol = Protocol()
+    store = Store(results, protocol.fingerprint, protocol.model_dump(mode="json"))
+    store.claim()
+    log_dir = a.root / "logs" / "demo"
+    with Procs(log_dir) as procs:
+        redis_url = procs.redis(free_port(), a.root / "redis-data")
+        speed = ["--speed", str(a.speed)]
+        sims = [
+            procs.sim("sim8b-0", free_port(), "--profile", "qwen3-vl-8b", *speed),
+            procs.sim("sim8b-1", free_port(), "--profile", "qwen3-vl-8b", *speed),
+            procs.sim("sim2b-0", free_port(), "--profile", "qwen3-vl-2b", *speed),
+        ]
+        for url in sims:
+            wait_health(url, 30)
+        common = ["--root", str(a.root), "--results", str(results), "--redis-url", redis_url]
+        enqueue.main(["--step", "1", *common])
+        for i, url in enumerate(sims):
+            procs.start(f"worker-{i}", [sys.executable, "-m", "workers.main", "--server", url, *common])
+        con.print(f"workers started (logs in {log_dir}); screening...")
+        conn = Redis.from_url(redis_url)
+        items = load_items(a.root / "items").items
+        frames = a.root / "frames" / "pool_frames"
+        t0 = time.monotonic()
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+        ) as prog:
+            tasks = {s: prog.add_task(f"step {s}", total=None) for s in (1, 2, 3)}
+            idle = 0
+            while idle < 3:
+                time.sleep(1.0)
+                for s in (1, 2, 3):
+                    total = eligible(s, items, store, frames).num_rows
+                    prog.update(tasks[s], total=total, completed=store.winners(s).num_rows)
+                for name, proc in procs.children.items():
+                    if proc.poll() is not None:
+                        raise SystemExit(f"{name} exited with {proc.returncode}: see {log_dir / (name + '.log')}")
+                idle = idle + 1 if not _busy(conn) else 0
+        wall = time.monotonic() - t0
+    t = Table("step", "done", "removed", "errors", "items/s", title=f"demo screen of {items.num_rows} items")
+    for s in (1, 2, 3):
+        w = store.winners(s)
+        removed = pc.sum(pc.fill_null(w.column("removed"), False)).as_py() or 0
+        errors = pc.sum(pc.equal(w.column("status"), "error")).as_py() or 0
+        t.add_row(str(s), str(w.num_rows), str(removed), str(errors), f"{w.num_rows / wall:.1f}")
+    con.print(t)
+    con.print(f"wall time {wall:.0f} s; rows in {results}; per-benchmark detail: pool-enqueue --plan-only --step N")

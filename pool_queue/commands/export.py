@@ -1,0 +1,51 @@
+"""pool-export: write one row per item and step (the winners) as Parquet and merged JSONL.
+
+Output: <out>/results/pool/step{N}/step{N}.jsonl and <out>/step{N}.parquet, the run package's
+layout, so a packed return reads as one row per item.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..protocol import Protocol
+from ..store import STEPS, Store, StoreError
+from ._cli import fail, parser, settings
+
+
+def export(store: Store, out: Path) -> dict[int, int]:
+    counts = {}
+    for step in STEPS:
+        rows = store.read_rows(step, store.winners(step))
+        d = out / "results" / "pool" / f"step{step}"
+        d.mkdir(parents=True, exist_ok=True)
+        with (d / f"step{step}.jsonl").open("wb") as f:
+            f.write(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+        if rows:
+            flat = [
+                {k: (orjson.dumps(v).decode() if isinstance(v, (list, dict)) else v) for k, v in r.items()}
+                for r in rows
+            ]
+            pq.write_table(pa.Table.from_pylist(flat), out / f"step{step}.parquet")
+        counts[step] = len(rows)
+    return counts
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = parser("pool-export", __doc__ or "")
+    p.add_argument("--out", type=Path, required=True, help="export folder (must not be the results root)")
+    a = p.parse_args(argv)
+    s = settings(a)
+    protocol = Protocol.load(s.protocol_file)
+    if a.out.resolve() == s.results_dir.resolve():
+        fail("--out must differ from the results root")
+    try:
+        counts = export(Store(s.results_dir, protocol.fingerprint), a.out)
+    except StoreError as e:
+        fail(str(e))
+    for step, n in counts.items():
+        print(f"step {step}: {n} rows -> {a.out}/results/pool/step{step}/step{step}.jsonl")
