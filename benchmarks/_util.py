@@ -13,7 +13,13 @@ def cpu_seconds(pid: int) -> float:
 
 
 def table(header: list[str], rows: list[list[object]]) -> str:
-    cells = [header, *[[f"{c:.3g}" if isinstance(c, float) else str(c) for c in r] for r in rows]]
+    cells = [header, *[[_fmt(c) for c in r] for r in rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
     lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
     return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
+
+
+def _fmt(c: object) -> str:
+    if isinstance(c, float):
+        return f"{c:,.0f}" if abs(c) >= 1000 else f"{c:.3g}"
+    return f"{c:,}" if isinstance(c, int) else str(c)

@@ -19,6 +19,7 @@ JOB_FUNC = "workers.tasks.screen_chunk"
 ABANDON_RETRIES = 20  # times a job may be re-queued after its worker vanished
 RESULT_TTL_S = 3600
 BATCH = 500  # jobs per Redis pipeline
+LIVE = {b"queued", b"started", b"scheduled", b"deferred"}
 
 
 def queue_name(step: int) -> str:
@@ -56,9 +57,10 @@ def enqueue_chunks(conn: Redis, step: int, item_ids: Sequence[str], chunk_size: 
         ids = [chunk_job_id(step, c) for c in batch]
         with conn.pipeline() as p:
             for jid in ids:
-                p.exists(Job.key_for(jid))
-            exists = p.execute()
-        fresh = [_job_data(step, c, jid) for c, jid, ex in zip(batch, ids, exists, strict=True) if not ex]
+                p.hget(Job.key_for(jid), "status")
+            status = p.execute()
+        # a job still waiting or running is not made twice; a finished one may be (new results root)
+        fresh = [_job_data(step, c, jid) for c, jid, st in zip(batch, ids, status, strict=True) if st not in LIVE]
         if fresh:
             with conn.pipeline() as p:
                 q.enqueue_many(fresh, pipeline=p)  # type: ignore[arg-type]

@@ -1,0 +1,77 @@
+"""Scale of the data paths: done-set read of a full step-1 store and enqueue of a full pool.
+
+Writes a step-1 store of N items (realistic rows: 4 forwards with their top-20 lists, spread over
+16 segments), then times the done-set read cold (JSONL parsed) and warm (Parquet index), and the
+enqueue of N item ids into a real redis-server (goals: read < 3 s, enqueue < 30 s).
+Usage: python benchmarks/store_enqueue.py [--items 300000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _util import table  # noqa: E402
+from redis import Redis
+
+from pool_queue.plan import MAX_ITEM_RUNS
+from pool_queue.procs import Procs, free_port
+from pool_queue.queue import enqueue_chunks
+from pool_queue.store import Store
+
+TOP = [[f" {c}", -0.1 * i] for i, c in enumerate("ABCDEFGHIJKLMNOPQRST")]
+
+
+def fake_row(i: int) -> dict[str, object]:
+    fw = {"order": [0, 1, 2, 3], "gold": "B", "logprobs": {"A": -1.0, "B": -0.2, "C": -3.0, "D": -4.0},
+          "floored": [], "pred": "B", "margin": 0.8, "hit": True, "top": TOP, "prompt_tokens": 210,
+          "attempts": 1, "latency_s": 0.2}
+    return {"item_id": f"item-{i:07d}", "step": 1, "status": "ok" if i % 500 else "error",
+            "benchmark": f"B{i % 139}", "video_id": f"v{i % 67021}", "error": None, "error_kind": None,
+            "attempts": 4, "removed": i % 3 == 0, "pred": "B", "margin": 0.8, "n_hits": 4, "n_perm": 4,
+            "forwards": [fw] * 4, "frame_indices": [], "n_frames_total": None, "fingerprint": "fp",
+            "model": "Qwen/Qwen3-VL-8B-Instruct", "revision": "0c351dd", "server": "http://x:8001",
+            "worker": "w", "started_at": 1.0, "finished_at": 2.0 + i}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--items", type=int, default=300_000)
+    a = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        store = Store(Path(d) / "results", "fp")
+        writers = [store.writer(1, f"w{k}") for k in range(16)]
+        t0 = time.perf_counter()
+        for b in range(0, a.items, 64):
+            writers[(b // 64) % 16].write([fake_row(i) for i in range(b, min(a.items, b + 64))])
+        t_write = time.perf_counter() - t0
+        size = sum(p.stat().st_size for p in store.segments(1)) / 2**20
+        t0 = time.perf_counter()
+        n_cold = len(Store(store.root, "fp").final_ids(1, MAX_ITEM_RUNS))
+        t_cold = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        n_warm = len(Store(store.root, "fp").final_ids(1, MAX_ITEM_RUNS))
+        t_warm = time.perf_counter() - t0
+        rows.append(["done-set read, cold (JSONL)", n_cold, t_cold])
+        rows.append(["done-set read, indexed", n_warm, t_warm])
+        rows.append([f"write rows (64/fsync), {size:.0f} MB", a.items, t_write])
+        with Procs(Path(d) / "logs") as procs:
+            conn = Redis.from_url(procs.redis(free_port(), Path(d) / "redis"))
+            ids = [f"item-{i:07d}" for i in range(a.items)]
+            t0 = time.perf_counter()
+            jobs = enqueue_chunks(conn, 1, ids, 64)
+            rows.append([f"enqueue ({jobs} jobs of 64)", a.items, time.perf_counter() - t0])
+            t0 = time.perf_counter()
+            again = enqueue_chunks(conn, 1, ids, 64)
+            rows.append([f"enqueue again ({again} new jobs)", a.items, time.perf_counter() - t0])
+            rows.append([f"Redis memory MB: {int(conn.info('memory')['used_memory']) / 2**20:.0f}", jobs, 0.0])
+    print(table(["operation", "items", "seconds"], rows))
+
+
+if __name__ == "__main__":
+    main()
