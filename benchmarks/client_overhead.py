@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
+from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _util import cpu_seconds, table  # noqa: E402
+from _util import cpu_seconds, table
 
 from pool_queue.commands import enqueue
 from pool_queue.frames import FrameEncoder, list_frames
@@ -41,8 +41,22 @@ def run_worker(procs: Procs, root: Path, redis_url: str, sim_args: list[str], in
     common = ["--root", str(root), "--results", str(results), "--redis-url", redis_url]
     enqueue.main(["--step", "1", *common])
     t0 = time.perf_counter()
-    w = procs.start(name, [sys.executable, "-m", "workers.main", "--server", url, "--steps", "1", "--burst",
-                           "--inflight", str(inflight), *common])
+    w = procs.start(
+        name,
+        [
+            sys.executable,
+            "-m",
+            "workers.main",
+            "--server",
+            url,
+            "--steps",
+            "1",
+            "--burst",
+            "--inflight",
+            str(inflight),
+            *common,
+        ],
+    )
     time.sleep(3.0)  # past start-up (imports, item table): measure the steady state only
     cpu0, run0, wall0 = cpu_seconds(w.pid), sim_running_seconds(url), time.perf_counter()
     time.sleep(6.0)
@@ -53,37 +67,36 @@ def run_worker(procs: Procs, root: Path, redis_url: str, sim_args: list[str], in
     fw = int(re.search(r"request_success_total\S* (\d+)", httpx.get(url + "/metrics").text).group(1))  # type: ignore[union-attr]
     steady = (fw0 - 0) / (wall1 - t0)
     occ = (run1 - run0) / (wall1 - wall0)
-    return [name, inflight, fw, f"{fw / total_wall:,.0f}", f"{steady:,.0f}",
-            f"{1000 * (cpu1 - cpu0) / max(1, fw0 * (wall1 - wall0) / (wall1 - t0)):.2f}", f"{occ:.1f}"]
+    return [
+        name,
+        inflight,
+        fw,
+        f"{fw / total_wall:,.0f}",
+        f"{steady:,.0f}",
+        f"{1000 * (cpu1 - cpu0) / max(1, fw0 * (wall1 - wall0) / (wall1 - t0)):.2f}",
+        f"{occ:.1f}",
+    ]
+
+
+def _is_448_jpeg(path: Path) -> bool:
+    with Image.open(path) as im:
+        return im.format == "JPEG" and max(im.size) == 448
 
 
 def build_cost(root: Path) -> list[list[object]]:
-    rows = []
     frames = root / "frames" / "pool_frames"
-    for kind in ("pass-through (448-px JPEG)", "resize (854x480 JPEG / 640x360 PNG)"):
-        vids = [d for d in frames.iterdir() if d.is_dir() and len(list_frames(d)) >= 32]
-        want_pass = kind.startswith("pass")
-        chosen = []
-        for d in vids:
-            with open(list_frames(d)[0], "rb") as f:
-                head = f.read(4)
-            from PIL import Image
-
-            with Image.open(list_frames(d)[0]) as im:
-                is448 = im.format == "JPEG" and max(im.size) == 448
-            if is448 == want_pass and head:
-                chosen.append(d)
+    vids = [d for d in sorted(frames.iterdir()) if d.is_dir() and len(list_frames(d)) >= 32]
+    rows: list[list[object]] = []
+    for kind, want in (("pass-through (448-px JPEG)", True), ("resize (854x480 JPEG / 640x360 PNG)", False)):
+        chosen = [d for d in vids if _is_448_jpeg(list_frames(d)[0]) == want][:10]
         enc = FrameEncoder(cache_size=0)
         t0 = time.process_time()
-        n = 0
-        for d in chosen[:10]:
+        for d in chosen:
             fs = list_frames(d)
-            idx = [round(i * (len(fs) - 1) / 31) for i in range(32)]
-            for i in idx:
-                enc.data_url(fs[i])
-            n += 1
-        if n:
-            rows.append([kind, n, f"{1000 * (time.process_time() - t0) / n:.1f}"])
+            for i in range(32):
+                enc.data_url(fs[round(i * (len(fs) - 1) / 31)])
+        if chosen:
+            rows.append([kind, len(chosen), f"{1000 * (time.process_time() - t0) / len(chosen):.1f}"])
     return rows
 
 
@@ -96,10 +109,24 @@ def main() -> None:
         generate(root, SynthConfig(n_items=a.items, n_videos=60, frames=(32, 64)))
         with Procs(Path(d) / "logs") as procs:
             redis_url = procs.redis(free_port(), Path(d) / "redis")
-            rows = [run_worker(procs, root, redis_url, ["--zero-latency"], 64, "zero-latency"),
-                    run_worker(procs, root, redis_url, ["--max-num-seqs", "32", "--speed", "0.5"], 64, "capacity-32-seqs")]
-        print(table(["simulator", "in flight", "forwards", "fwd/s (whole run)", "fwd/s (steady)",
-                     "worker CPU ms/fwd", "mean running at server (of max-num-seqs)"], rows))
+            rows = [
+                run_worker(procs, root, redis_url, ["--zero-latency"], 64, "zero-latency"),
+                run_worker(procs, root, redis_url, ["--max-num-seqs", "32", "--speed", "0.5"], 64, "capacity-32-seqs"),
+            ]
+        print(
+            table(
+                [
+                    "simulator",
+                    "in flight",
+                    "forwards",
+                    "fwd/s (whole run)",
+                    "fwd/s (steady)",
+                    "worker CPU ms/fwd",
+                    "mean running at server (of max-num-seqs)",
+                ],
+                rows,
+            )
+        )
         print()
         print(table(["step-3 build, 32 frames", "items", "CPU ms per item"], build_cost(root)))
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _util import table  # noqa: E402
+from _util import table
 
 
 def measure(items_dir: str) -> None:
@@ -24,8 +24,12 @@ def measure(items_dir: str) -> None:
     s = load_items(Path(items_dir))
     dt = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(table(["items read", "valid", "rejected", "seconds", "peak RSS MB (whole process)"],
-                [[s.n_read, s.items.num_rows, s.rejected.num_rows, dt, peak]]))
+    print(
+        table(
+            ["items read", "valid", "rejected", "seconds", "peak RSS MB (whole process)"],
+            [[s.n_read, s.items.num_rows, s.rejected.num_rows, dt, peak]],
+        )
+    )
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _util import table  # noqa: E402
+from _util import table
 from redis import Redis
 
 from pool_queue.plan import MAX_ITEM_RUNS
@@ -27,15 +27,44 @@ TOP = [[f" {c}", -0.1 * i] for i, c in enumerate("ABCDEFGHIJKLMNOPQRST")]
 
 
 def fake_row(i: int) -> dict[str, object]:
-    fw = {"order": [0, 1, 2, 3], "gold": "B", "logprobs": {"A": -1.0, "B": -0.2, "C": -3.0, "D": -4.0},
-          "floored": [], "pred": "B", "margin": 0.8, "hit": True, "top": TOP, "prompt_tokens": 210,
-          "attempts": 1, "latency_s": 0.2}
-    return {"item_id": f"item-{i:07d}", "step": 1, "status": "ok" if i % 500 else "error",
-            "benchmark": f"B{i % 139}", "video_id": f"v{i % 67021}", "error": None, "error_kind": None,
-            "attempts": 4, "removed": i % 3 == 0, "pred": "B", "margin": 0.8, "n_hits": 4, "n_perm": 4,
-            "forwards": [fw] * 4, "frame_indices": [], "n_frames_total": None, "fingerprint": "fp",
-            "model": "Qwen/Qwen3-VL-8B-Instruct", "revision": "0c351dd", "server": "http://x:8001",
-            "worker": "w", "started_at": 1.0, "finished_at": 2.0 + i}
+    fw = {
+        "order": [0, 1, 2, 3],
+        "gold": "B",
+        "logprobs": {"A": -1.0, "B": -0.2, "C": -3.0, "D": -4.0},
+        "floored": [],
+        "pred": "B",
+        "margin": 0.8,
+        "hit": True,
+        "top": TOP,
+        "prompt_tokens": 210,
+        "attempts": 1,
+        "latency_s": 0.2,
+    }
+    return {
+        "item_id": f"item-{i:07d}",
+        "step": 1,
+        "status": "ok" if i % 500 else "error",
+        "benchmark": f"B{i % 139}",
+        "video_id": f"v{i % 67021}",
+        "error": None,
+        "error_kind": None,
+        "attempts": 4,
+        "removed": i % 3 == 0,
+        "pred": "B",
+        "margin": 0.8,
+        "n_hits": 4,
+        "n_perm": 4,
+        "forwards": [fw] * 4,
+        "frame_indices": [],
+        "n_frames_total": None,
+        "fingerprint": "fp",
+        "model": "Qwen/Qwen3-VL-8B-Instruct",
+        "revision": "0c351dd",
+        "server": "http://x:8001",
+        "worker": "w",
+        "started_at": 1.0,
+        "finished_at": 2.0 + i,
+    }
 
 
 def main() -> None:

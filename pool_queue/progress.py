@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from rich.console import Console
 from rich.progress import (
@@ -11,6 +11,7 @@ from rich.progress import (
     DownloadColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
     TaskProgressColumn,
     TextColumn,
     TimeElapsedColumn,
@@ -22,31 +23,18 @@ console = Console(stderr=True)
 
 
 @contextmanager
-def byte_progress(label: str, total: int, show: bool = True) -> Iterator[Callable[[int], None]]:
-    columns = (
-        TextColumn(label),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-    )
+def _progress(
+    label: str, total: int, show: bool, amount: tuple[ProgressColumn, ...]
+) -> Iterator[Callable[[int], None]]:
+    columns = (TextColumn(label), BarColumn(), *amount, TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
     with Progress(*columns, console=console, disable=not show) as p:
         task = p.add_task(label, total=total)
         yield lambda n: p.advance(task, n)
 
 
-@contextmanager
-def count_progress(label: str, total: int, show: bool = True) -> Iterator[Callable[[int], None]]:
-    columns = (
-        TextColumn(label),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TaskProgressColumn(),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=console, disable=not show) as p:
-        task = p.add_task(label, total=total)
-        yield lambda n: p.advance(task, n)
+def byte_progress(label: str, total: int, show: bool = True) -> AbstractContextManager[Callable[[int], None]]:
+    return _progress(label, total, show, (DownloadColumn(), TransferSpeedColumn()))
+
+
+def count_progress(label: str, total: int, show: bool = True) -> AbstractContextManager[Callable[[int], None]]:
+    return _progress(label, total, show, (MofNCompleteColumn(), TaskProgressColumn()))

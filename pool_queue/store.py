@@ -185,11 +185,12 @@ class Store:
         """The chain of index parts from byte 0; a part that does not continue the chain is ignored."""
         spans = []
         for p in idx_dir.glob("*.parquet") if idx_dir.is_dir() else []:
-            a, _, b = p.stem.partition("-")
-            spans.append((int(a), -int(b), p))
-        tables, covered = [], 0
-        for a, neg_b, p in sorted(spans):
-            if a == covered:
+            lo, _, hi = p.stem.partition("-")
+            spans.append((int(lo), -int(hi), p))
+        tables: list[pa.Table] = []
+        covered = 0
+        for start, neg_b, p in sorted(spans):
+            if start == covered:
                 try:
                     tables.append(pq.read_table(p, schema=INDEX_SCHEMA))
                 except (OSError, pa.ArrowInvalid):

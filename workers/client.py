@@ -18,17 +18,19 @@ import httpx
 import orjson
 from httpx_aiohttp import AiohttpTransport
 
+from pool_queue.rows import ErrorKind
+
 log = logging.getLogger(__name__)
 
 
 class ForwardError(Exception):
     """A forward that cannot succeed for this item (HTTP 400, no logprobs): an error row at once."""
 
-    kind = "permanent"
+    kind: ErrorKind = "permanent"
 
 
 class RetriesExhausted(ForwardError):
-    kind = "transient"
+    kind: ErrorKind = "transient"
 
     def __init__(self, message: str, attempts: int) -> None:
         super().__init__(message)

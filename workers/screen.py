@@ -101,7 +101,7 @@ class Screener:
                 status="error",
                 error=str(worst),
                 error_kind=worst.kind,
-                attempts=attempts,  # type: ignore[arg-type]
+                attempts=attempts,
                 frame_indices=idx,
                 n_frames_total=n_total,
                 finished_at=time.time(),

@@ -58,8 +58,8 @@ def main(argv: list[str] | None = None) -> None:
     except StoreError as e:
         fail(str(e))
     t = Table("benchmark", "eligible", "to enqueue", title=f"step {a.step} plan")
-    for b, e, r in plan.by_benchmark():
-        t.add_row(b, str(e), str(r))
+    for bench, n_elig, n_todo in plan.by_benchmark():
+        t.add_row(bench, str(n_elig), str(n_todo))
     t.add_row("[b]total[/]", str(plan.eligible.num_rows), str(plan.remaining.num_rows))
     con.print(t)
     con.print(f"eligible {plan.eligible.num_rows}, settled in store {plan.settled}, queued or running {plan.pending}")
