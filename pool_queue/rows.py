@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 Status = Literal["ok", "error"]
-ErrorKind = Literal["permanent", "transient", "unavailable"]
+ErrorKind = Literal["permanent", "transient"]
 
 
 class ForwardRecord(BaseModel):
