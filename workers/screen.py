@@ -51,8 +51,6 @@ class Screener:
 
     def _images(self, step: int, item: Item) -> tuple[list[str], list[int], int]:
         """Data URLs of the step's frames (runs in a thread: decoding and resizing is CPU work)."""
-        if self.protocol.steps[step].frames == "none":
-            return [], [], 0
         d = video_dir(self.frames_dir, item.video_id)
         frames = list_frames(d) if d is not None else []
         if not frames:
@@ -82,7 +80,11 @@ class Screener:
         n = len(item.options)
         orders = self.protocol.orders(step, item.item_id, n)
         try:
-            urls, idx, n_total = await asyncio.to_thread(self._images, step, item)
+            urls: list[str] = []
+            idx: list[int] = []
+            n_total = 0
+            if self.protocol.steps[step].frames != "none":  # no thread hop for blind forwards
+                urls, idx, n_total = await asyncio.to_thread(self._images, step, item)
             bodies = [
                 self.protocol.request_body(step, item.question, [item.options[i] for i in o], urls) for o in orders
             ]
