@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import pyarrow as pa
@@ -48,7 +49,7 @@ class ItemSet:
     rejected: pa.Table  # REPORT_SCHEMA, one row per rejected item
     n_read: int
 
-    @property
+    @cached_property
     def by_id(self) -> dict[str, int]:
         return {k: i for i, k in enumerate(self.items.column("item_id").to_pylist())}
 
@@ -117,11 +118,8 @@ def _unsafe_video_id(vid: pa.Array) -> pa.Array:
     return pc.or_(bad, pc.match_substring_regex(s, r"^\s|\s$"))
 
 
-def validate(table: pa.Table, source: str) -> tuple[pa.Table, pa.Table]:
-    """Split one raw table into valid items (ITEM_SCHEMA) and rejections (REPORT_SCHEMA)."""
-    missing = [c for c in REQUIRED if c not in table.column_names]
-    if missing:
-        raise ItemsError(f"{source}: missing column(s) {', '.join(missing)}")
+def validate(table: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """Split a raw table (REQUIRED columns + "answer") into valid items and rejections (source left empty)."""
     n = table.num_rows
     item_id = table.column("item_id").combine_chunks().cast(pa.string())
     strings = {c: pc.utf8_trim_whitespace(table.column(c).combine_chunks().cast(pa.string())) for c in REQUIRED[:4]}
@@ -163,7 +161,7 @@ def validate(table: pa.Table, source: str) -> tuple[pa.Table, pa.Table]:
     report = pa.table(
         {
             "item_id": [ids[r] for r in bad_rows],
-            "source": [source] * len(bad_rows),
+            "source": [""] * len(bad_rows),
             "row": bad_rows,
             "reason": ["; ".join(why for m, why in masks if m[r]) for r in bad_rows],
         },
@@ -201,7 +199,7 @@ def load_items(items_dir: Path) -> ItemSet:
         t = t.set_column(4, "options", options).set_column(5, "answer", t.column("answer").cast(pa.string()))
         raw.append(t.append_column("_source", pa.array([path.name] * t.num_rows, pa.string())))
     table = pa.concat_tables(raw)
-    items, report = validate(table.drop_columns(["_source"]), source="")
+    items, report = validate(table.drop_columns(["_source"]))
     if report.num_rows:
         # name the file each rejected row came from, and its row within that file
         offsets = [0]

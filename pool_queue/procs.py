@@ -112,17 +112,8 @@ class Procs:
         return f"redis://127.0.0.1:{port}/0"
 
     def sim(self, name: str, port: int, *args: str, wait: bool = True) -> str:
-        argv = [
-            sys.executable,
-            "-m",
-            "pool_queue.sim",
-            "--port",
-            str(port),
-            "--log",
-            str(self.log_dir / f"{name}.log"),
-            *args,
-        ]
-        proc = self.start(name, argv)
+        # its stderr goes to <log_dir>/<name>.log through start()
+        proc = self.start(name, [sys.executable, "-m", "pool_queue.sim", "--port", str(port), *args])
         url = f"http://127.0.0.1:{port}"
         if wait:
             wait_port(port, 20, proc)

@@ -15,14 +15,20 @@ from dataclasses import dataclass, field
 KINDS = ("500", "503", "429", "hang", "reset", "malformed", "nologprobs")
 
 
+def _entries(spec: str) -> list[tuple[str, str]]:
+    """'a:b, c:d' -> [('a', 'b'), ('c', 'd')]."""
+    return [tuple(p.strip().split(":", 1)) for p in spec.split(",") if p.strip()]  # type: ignore[misc]
+
+
+def _kind(kind: str) -> str:
+    if kind not in KINDS:
+        raise ValueError(f"unknown fault {kind!r}; known: {', '.join(KINDS)}")
+    return kind
+
+
 def parse_rates(spec: str) -> dict[str, float]:
     """'500:0.01,hang:0.002' -> {'500': 0.01, 'hang': 0.002}."""
-    rates: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        kind, _, rate = part.partition(":")
-        if kind not in KINDS:
-            raise ValueError(f"unknown fault {kind!r}; known: {', '.join(KINDS)}")
-        rates[kind] = float(rate)
+    rates = {_kind(kind): float(rate) for kind, rate in _entries(spec)}
     if sum(rates.values()) > 1:
         raise ValueError("fault rates add up to more than 1")
     return rates
@@ -31,13 +37,9 @@ def parse_rates(spec: str) -> dict[str, float]:
 def parse_schedule(spec: str) -> dict[int, str]:
     """'5:503,6-9:reset' -> {5: '503', 6: 'reset', ..., 9: 'reset'} (1-based request numbers)."""
     out: dict[int, str] = {}
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        span, _, kind = part.partition(":")
-        if kind not in KINDS:
-            raise ValueError(f"unknown fault {kind!r}; known: {', '.join(KINDS)}")
+    for span, kind in _entries(spec):
         lo, _, hi = span.partition("-")
-        for n in range(int(lo), int(hi or lo) + 1):
-            out[n] = kind
+        out.update(dict.fromkeys(range(int(lo), int(hi or lo) + 1), _kind(kind)))
     return out
 
 
