@@ -1,8 +1,9 @@
-"""Scale of the data paths: done-set read of a full step-1 store and enqueue of a full pool.
+"""Scale of the data paths: reads of a full step-1 store, enqueue of a full pool, status, report, audit.
 
 Writes a step-1 store of N items (realistic rows: 4 forwards with their top-20 lists, spread over
-16 segments), then times the done-set read cold (JSONL parsed) and warm (Parquet index), and the
-enqueue of N item ids into a real redis-server (goals: read < 3 s, enqueue < 30 s).
+16 segments), then times the done-set read cold (JSONL parsed) and warm (Parquet index), the
+enqueue of N item ids into a real redis-server (goals: read < 3 s, enqueue < 30 s), a pool-status
+read (first, and a refresh after 64 more rows as in a live view), pool-report and pool-audit.
 Usage: python benchmarks/store_enqueue.py [--items 300000]
 """
 
@@ -15,31 +16,42 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import pyarrow as pa
 from _util import table
 from redis import Redis
 
+from pool_queue.audit import run_audit
+from pool_queue.commands.report import write_report
+from pool_queue.items import ITEM_SCHEMA, REPORT_SCHEMA, ItemSet
 from pool_queue.plan import MAX_ITEM_RUNS
 from pool_queue.procs import Procs, free_port
+from pool_queue.protocol import Protocol
 from pool_queue.queue import enqueue_chunks
+from pool_queue.status import StatusReader
 from pool_queue.store import Store
 
+P = Protocol()
+ORDERS = P.orders(1, "", 4)
 TOP = [[f" {c}", -0.1 * i] for i, c in enumerate("ABCDEFGHIJKLMNOPQRST")]
 
 
 def fake_row(i: int) -> dict[str, object]:
-    fw = {
-        "order": [0, 1, 2, 3],
-        "gold": "B",
-        "logprobs": {"A": -1.0, "B": -0.2, "C": -3.0, "D": -4.0},
-        "floored": [],
-        "pred": "B",
-        "margin": 0.8,
-        "hit": True,
-        "top": TOP,
-        "prompt_tokens": 210,
-        "attempts": 1,
-        "latency_s": 0.2,
-    }
+    fws = [
+        {
+            "order": order,
+            "gold": "B",
+            "logprobs": {"A": -1.0, "B": -0.2, "C": -3.0, "D": -4.0},
+            "floored": [],
+            "pred": "B",
+            "margin": 0.8,
+            "hit": True,
+            "top": TOP,
+            "prompt_tokens": 210,
+            "attempts": 1,
+            "latency_s": 0.2,
+        }
+        for order in ORDERS
+    ]
     return {
         "item_id": f"item-{i:07d}",
         "step": 1,
@@ -54,10 +66,10 @@ def fake_row(i: int) -> dict[str, object]:
         "margin": 0.8,
         "n_hits": 4,
         "n_perm": 4,
-        "forwards": [fw] * 4,
+        "forwards": fws,
         "frame_indices": [],
         "n_frames_total": None,
-        "fingerprint": "fp",
+        "fingerprint": P.fingerprint,
         "model": "Qwen/Qwen3-VL-8B-Instruct",
         "revision": "0c351dd",
         "server": "http://x:8001",
@@ -67,13 +79,30 @@ def fake_row(i: int) -> dict[str, object]:
     }
 
 
+def fake_items(n: int) -> ItemSet:
+    ids = [f"item-{i:07d}" for i in range(n + 64)]
+    t = pa.table(
+        {
+            "item_id": ids,
+            "benchmark": [f"B{i % 139}" for i in range(len(ids))],
+            "video_id": [f"v{i % 67021}" for i in range(len(ids))],
+            "question": ["q"] * len(ids),
+            "options": [["a", "b", "c", "d"]] * len(ids),
+            "gold": pa.array([1] * len(ids), pa.int16()),
+            "n_options": pa.array([4] * len(ids), pa.int16()),
+        },
+        schema=ITEM_SCHEMA,
+    )
+    return ItemSet(t, REPORT_SCHEMA.empty_table(), len(ids))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--items", type=int, default=300_000)
     a = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as d:
-        store = Store(Path(d) / "results", "fp")
+        store = Store(Path(d) / "results", P.fingerprint)
         writers = [store.writer(1, f"w{k}") for k in range(16)]
         t0 = time.perf_counter()
         for b in range(0, a.items, 64):
@@ -81,10 +110,10 @@ def main() -> None:
         t_write = time.perf_counter() - t0
         size = sum(p.stat().st_size for p in store.segments(1)) / 2**20
         t0 = time.perf_counter()
-        n_cold = len(Store(store.root, "fp").final_ids(1, MAX_ITEM_RUNS))
+        n_cold = len(Store(store.root, P.fingerprint).final_ids(1, MAX_ITEM_RUNS))
         t_cold = time.perf_counter() - t0
         t0 = time.perf_counter()
-        n_warm = len(Store(store.root, "fp").final_ids(1, MAX_ITEM_RUNS))
+        n_warm = len(Store(store.root, P.fingerprint).final_ids(1, MAX_ITEM_RUNS))
         t_warm = time.perf_counter() - t0
         rows.append(["done-set read, cold (JSONL)", n_cold, t_cold])
         rows.append(["done-set read, indexed", n_warm, t_warm])
@@ -99,6 +128,21 @@ def main() -> None:
             again = enqueue_chunks(conn, 1, ids, 64)
             rows.append([f"enqueue again ({again} new jobs)", a.items, time.perf_counter() - t0])
             rows.append([f"Redis memory MB: {int(conn.info('memory')['used_memory']) / 2**20:.0f}", jobs, 0.0])
+            items = fake_items(a.items)
+            t0 = time.perf_counter()
+            reader = StatusReader(items, Store(store.root, P.fingerprint), Path(d) / "frames", conn)
+            reader.read()
+            rows.append(["pool-status, first read", a.items, time.perf_counter() - t0])
+            writers[0].write([fake_row(i) for i in range(a.items, a.items + 64)])
+            t0 = time.perf_counter()
+            reader.read()
+            rows.append(["pool-status, live refresh", a.items, time.perf_counter() - t0])
+        t0 = time.perf_counter()
+        write_report(Store(store.root, P.fingerprint), items, P, Path(d) / "report")
+        rows.append(["pool-report (Markdown + 3 PNG)", a.items, time.perf_counter() - t0])
+        t0 = time.perf_counter()
+        audit = run_audit(store.root, P, items, Path(d) / "frames", show=False)
+        rows.append([f"pool-audit ({len(audit.problems)} problems)", audit.rows, time.perf_counter() - t0])
     print(table(["operation", "items", "seconds"], rows))
 
 

@@ -2,7 +2,7 @@
 
 Layout under the results root: `step{N}/seg-<writer>.jsonl`, one segment per writer process, so
 no two processes append to one file; a batch of rows is written, flushed and fsynced before its
-job is acknowledged. Readers keep a column index per segment (`step{N}/.index/`, Parquet) that
+job is acknowledged. Readers keep a column index per segment (`step{N}/.index2/`, Parquet) that
 covers the bytes already parsed, so a re-read parses only what was appended since. Duplicates
 (a job re-run after a crash) are resolved at read time: per (step, item_id) an ok row beats an
 error row, and among equals the earliest wins.
@@ -37,12 +37,20 @@ INDEX_FIELDS = pa.schema(
         ("status", pa.string()),
         ("error_kind", pa.string()),
         ("removed", pa.bool_()),
+        ("started_at", pa.float64()),
         ("finished_at", pa.float64()),
         ("fingerprint", pa.string()),
+        ("pred", pa.string()),
+        ("margin", pa.float64()),
+        ("n_hits", pa.int64()),
+        ("n_perm", pa.int64()),
+        ("attempts", pa.int64()),
+        ("server", pa.string()),
     ]
 )
 INDEX_SCHEMA = pa.schema([*INDEX_FIELDS, ("segment", pa.string()), ("offset", pa.int64()), ("length", pa.int64())])
 MAX_PARTS = 16
+INDEX_DIR = ".index2"  # named for its schema: an index of another schema is rebuilt, never misread
 
 
 class StoreError(RuntimeError):
@@ -55,6 +63,7 @@ class Store:
         self.fingerprint = fingerprint
         self._protocol = protocol
         self._warned: set[str] = set()
+        self._seen: dict[Path, tuple[int, pa.Table, int]] = {}  # segment -> (bytes covered, index, parts)
 
     # ---- protocol stamp -------------------------------------------------------------------------
 
@@ -160,9 +169,17 @@ class Store:
     # ---- the incremental index ------------------------------------------------------------------
 
     def _segment_index(self, seg: Path) -> pa.Table:
-        idx_dir = seg.parent / ".index" / seg.stem
-        tables, covered = self._load_parts(idx_dir)
+        """Kept in memory too, so a live view re-reading every few seconds parses only new bytes."""
         size = seg.stat().st_size
+        idx_dir = seg.parent / INDEX_DIR / seg.stem
+        if seg in self._seen:
+            covered, table, n_parts = self._seen[seg]
+            if size == covered:
+                return table
+            tables = [table]
+        else:
+            tables, covered = self._load_parts(idx_dir)
+            n_parts = len(tables)
         if size > covered:
             with seg.open("rb") as f:
                 f.seek(covered)
@@ -175,9 +192,12 @@ class Store:
                 tables.append(new)
                 self._save_part(idx_dir, covered, covered + end, new)
                 covered += end
+                n_parts += 1
         table = pa.concat_tables(tables) if tables else INDEX_SCHEMA.empty_table()
-        if len(tables) > MAX_PARTS:
+        if n_parts > MAX_PARTS:
             self._compact(idx_dir, table, covered)
+            n_parts = 1
+        self._seen[seg] = (covered, table, n_parts)
         return table
 
     @staticmethod

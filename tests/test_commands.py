@@ -17,6 +17,9 @@ SCRIPTS = [
     "pool-worker",
     "pool-export",
     "pool-demo",
+    "pool-status",
+    "pool-report",
+    "pool-audit",
 ]
 
 
@@ -72,3 +75,15 @@ def test_demo_runs_the_whole_screen(tmp_path):
     assert export.returncode == 0, export.stderr
     lines = (tmp_path / "export" / "results" / "pool" / "step1" / "step1.jsonl").read_text().splitlines()
     assert len(lines) == 150 and (tmp_path / "export" / "step1.parquet").exists()
+    # the demo ends with an audit and a report of the finished screen
+    assert "audit: " in out.stdout and ": OK," in out.stdout
+    report = (tmp_path / "demo" / "results" / "report" / "report.md").read_text()
+    assert "| 1 | 150 |" in report and (tmp_path / "demo" / "results" / "report" / "margins.png").stat().st_size > 5000
+    status = subprocess.run(
+        [str(bindir / "pool-status"), "--root", str(tmp_path / "demo"), "--redis-url", "redis://127.0.0.1:9/0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert status.returncode == 0, status.stderr
+    assert "STEP=1 REMAINING_TOTAL=0" in status.stdout and "Redis unreachable" in status.stdout

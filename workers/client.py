@@ -110,6 +110,11 @@ class VLLMClient:
     async def aclose(self) -> None:
         await self.http.aclose()
 
+    @property
+    def up(self) -> bool:
+        """False while forwards wait for a server whose /health fails."""
+        return self._down_since is None
+
     # ---- server checks --------------------------------------------------------------------------
 
     async def healthy(self) -> bool:

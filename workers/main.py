@@ -25,6 +25,9 @@ async def _main(argv: list[str] | None) -> int:
     p.add_argument("--steps", help="comma-separated steps to take (default: every step the server's model serves)")
     p.add_argument("--inflight", type=int, help="forwards in flight to the server (default WORKERS, else MAX_SEQS)")
     p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
+    p.add_argument(
+        "--metrics-port", type=int, help="serve Prometheus /metrics on this port (0: any free port; POOL_METRICS_PORT)"
+    )
     p.add_argument("--allow-unpinned", action="store_true", help="accept a server whose root shows no revision")
     p.add_argument("--log-level", default="INFO")
     a = p.parse_args(argv)
@@ -68,6 +71,7 @@ async def _main(argv: list[str] | None) -> int:
         conn=conn,
         client=client,
         max_inflight=inflight,
+        metrics_port=a.metrics_port if a.metrics_port is not None else s.metrics_port,
     )
     try:
         return await w.run(burst=a.burst)

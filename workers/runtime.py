@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from rq import Worker as RQWorker
 from rq.serializers import JSONSerializer
 
 from pool_queue import lease as leases
+from pool_queue import presence
 from pool_queue.frames import FrameError, video_dir
 from pool_queue.items import ItemSet
 from pool_queue.plan import MAX_ITEM_RUNS
@@ -32,6 +34,7 @@ from pool_queue.rows import Row
 from pool_queue.store import SegmentWriter, Store
 
 from .client import ServerMisconfigured, VLLMClient
+from .metrics import Metrics
 from .screen import Identity, Item, Screener
 
 log = logging.getLogger("pool.worker")
@@ -62,6 +65,7 @@ class Worker:
         client: VLLMClient,
         max_inflight: int,
         poll_s: float = 0.5,
+        metrics_port: int | None = None,
     ) -> None:
         self.name = name
         self.server = server
@@ -92,6 +96,11 @@ class Worker:
         self.more = asyncio.Event()
         self.fatal: BaseException | None = None
         self.count = Counters()
+        self.metrics = Metrics(lambda: self.screener.in_flight)
+        self.metrics_port = metrics_port
+        self.metrics_url: str | None = None
+        self.last_error: str | None = None
+        self.recent: deque[tuple[float, int, int]] = deque(maxlen=64)  # (time, items, forwards) per beat
         self.rq = RQWorker([q.name for q in self.queues], name=name, connection=conn, serializer=JSONSerializer)
 
     # ---- lifecycle ------------------------------------------------------------------------------
@@ -102,6 +111,10 @@ class Worker:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal)
         await asyncio.to_thread(self.rq.register_birth)
+        if self.metrics_port is not None:
+            port = self.metrics.serve(self.metrics_port)
+            self.metrics_url = f"http://{socket.gethostname()}:{port}/metrics"
+            log.info("%s: metrics on %s", self.name, self.metrics_url)
         side = [
             asyncio.create_task(self._heartbeats()),
             asyncio.create_task(self._rescue_loop()),
@@ -133,6 +146,8 @@ class Worker:
             for lease in list(self.active.values()):
                 await asyncio.to_thread(leases.release, self.conn, lease)
             await asyncio.to_thread(self.rq.register_death)
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(presence.withdraw, self.conn, self.name)
             for w in self.writers.values():
                 w.close()
             self._log_progress()
@@ -170,12 +185,14 @@ class Worker:
             follow = self._survivors(step, rows) + (await asyncio.to_thread(self._stored_survivors, step, skip))
             await asyncio.to_thread(self._ack, lease, step, follow)
             self.count.jobs += 1
+            self.metrics.jobs.inc()
         except ServerMisconfigured as e:
             self.fatal = e
             self.stopping.set()
             return  # the lease is released in run()'s cleanup: the job goes back untouched
-        except Exception:
+        except Exception as e:
             log.exception("%s: job %s failed; it returns to the queue when its lease expires", self.name, lease.job.id)
+            self.last_error = f"job {lease.job.id}: {type(e).__name__}: {e}"[:300]
             self.active.pop(lease.job.id, None)
             return
         self.active.pop(lease.job.id, None)
@@ -196,6 +213,9 @@ class Worker:
         self.count.forwards += len(row.forwards)
         self.count.errors += row.status == "error"
         self.count.removed += bool(row.removed)
+        self.metrics.observe(row, self.client.retries)
+        if row.status == "error":
+            self.last_error = f"{row.item_id}: {row.error}"[:300]
         return row
 
     def _item(self, item_id: str) -> Item:
@@ -276,6 +296,36 @@ class Worker:
         leases.heartbeat(self.conn, list(self.active.values()))
         self.rq.heartbeat()
         self.rq.set_state("busy" if self.active else "idle")
+        presence.publish(self.conn, self.snapshot())
+
+    def snapshot(self) -> presence.WorkerSnapshot:
+        c, now = self.count, time.monotonic()
+        self.recent.append((now, c.items, c.forwards))
+        t0, i0, f0 = next((r for r in self.recent if now - r[0] <= 60), self.recent[0])
+        dt = now - t0
+        return presence.WorkerSnapshot(
+            name=self.name,
+            server=self.server,
+            steps=self.steps,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            max_inflight=self.max_inflight,
+            inflight=self.screener.in_flight,
+            active_jobs=len(self.active),
+            items=c.items,
+            forwards=c.forwards,
+            errors=c.errors,
+            removed=c.removed,
+            retries=self.client.retries,
+            items_per_s=(c.items - i0) / dt if dt > 0 else 0.0,
+            forwards_per_s=(c.forwards - f0) / dt if dt > 0 else 0.0,
+            outage_s=self.client.outage_s,
+            server_up=self.client.up,
+            last_error=self.last_error,
+            metrics_url=self.metrics_url,
+            started_at=time.time() - (now - c.started),
+            updated_at=time.time(),
+        )
 
     async def _rescue_loop(self) -> None:
         while True:

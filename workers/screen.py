@@ -48,6 +48,7 @@ class Screener:
         self.who = who
         self.inflight = inflight
         self.encoder = FrameEncoder(protocol.image_long_side, protocol.jpeg_quality)
+        self.in_flight = 0  # forwards sent, not yet answered (for metrics and pool-status)
 
     def _images(self, step: int, item: Item) -> tuple[list[str], list[int], int]:
         """Data URLs of the step's frames (runs in a thread: decoding and resizing is CPU work)."""
@@ -61,7 +62,11 @@ class Screener:
     async def _send(self, body: dict[str, Any]) -> Answer:
         raw = orjson.dumps(body)
         async with self.inflight:
-            return await self.client.forward(raw)
+            self.in_flight += 1
+            try:
+                return await self.client.forward(raw)
+            finally:
+                self.in_flight -= 1
 
     async def screen(self, step: int, item: Item) -> Row:
         started = time.time()

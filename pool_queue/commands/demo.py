@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from ..audit import run_audit
 from ..items import load_items
 from ..plan import eligible
 from ..procs import Procs, free_port, wait_health
@@ -26,6 +27,8 @@ from ..queue import step_queue
 from ..store import Store
 from ..synth import SynthConfig, generate
 from . import enqueue
+from .audit import summary
+from .report import write_report
 
 
 def _busy(conn: Redis) -> bool:
@@ -68,7 +71,8 @@ def main(argv: list[str] | None = None) -> None:
             procs.start(f"worker-{i}", [sys.executable, "-m", "workers.main", "--server", url, *common])
         con.print(f"workers started (logs in {log_dir}); screening...")
         conn = Redis.from_url(redis_url)
-        items = load_items(a.root / "items").items
+        item_set = load_items(a.root / "items")
+        items = item_set.items
         frames = a.root / "frames" / "pool_frames"
         t0 = time.monotonic()
         with Progress(
@@ -99,4 +103,8 @@ def main(argv: list[str] | None = None) -> None:
         errors = pc.sum(pc.equal(w.column("status"), "error")).as_py() or 0
         t.add_row(str(s), str(w.num_rows), str(removed), str(errors), f"{w.num_rows / wall:.1f}")
     con.print(t)
-    con.print(f"wall time {wall:.0f} s; rows in {results}; per-benchmark detail: pool-enqueue --plan-only --step N")
+    con.print(f"wall time {wall:.0f} s; rows in {results}")
+    checked = run_audit(results, protocol, item_set, frames, show=False)
+    con.print(summary(checked).splitlines()[-1])
+    report = write_report(store, item_set, protocol, results.parent / f"report{results.name.removeprefix('pool')}")
+    con.print(f"report with plots: {report}; live view of a running screen: pool-status --watch")

@@ -1,0 +1,47 @@
+"""pool-audit: check a results root before packing it; exit 1 with a list of problems.
+
+Checks: every row parses and validates; no torn lines; one protocol fingerprint; every step-1 ok
+row has the protocol's 4 orders; duplicate ok rows agree; step-2 rows only for step-1 survivors
+with frames; step-3 rows only for step-2 survivors; rows only for known items; counts against the
+plan (unfinished steps are warnings, or problems with --complete).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ..audit import Audit, Finding, run_audit
+from ..items import ItemsError, load_items
+from ..protocol import Protocol
+from ._cli import fail, parser, settings
+
+
+def _lines(tag: str, found: list[Finding]) -> list[str]:
+    out = []
+    for f in found:
+        ex = f" (e.g. {', '.join(f.examples)})" if f.examples else ""
+        out.append(f"{tag} [{f.check}] {f.detail}{ex}")
+    return out
+
+
+def summary(a: Audit) -> str:
+    lines = _lines("PROBLEM", a.problems) + _lines("warning", a.warnings)
+    verdict = f"{len(a.problems)} problem(s)" if a.problems else "OK"
+    lines.append(f"audit: {a.rows:,} rows in {a.segments} segment(s): {verdict}, {len(a.warnings)} warning(s)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = parser("pool-audit", __doc__ or "")
+    p.add_argument("--complete", action="store_true", help="an unfinished step is a problem, not a warning")
+    a = p.parse_args(argv)
+    s = settings(a)
+    if not s.results_dir.is_dir():
+        fail(f"results root {s.results_dir} does not exist")
+    try:
+        items = load_items(s.items_dir)
+    except ItemsError as e:
+        fail(str(e))
+    result = run_audit(s.results_dir, Protocol.load(s.protocol_file), items, s.frames_dir, complete=a.complete)
+    print(summary(result))
+    sys.exit(1 if result.problems else 0)

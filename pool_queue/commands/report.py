@@ -1,0 +1,145 @@
+"""pool-report: write the screen's report (Markdown + PNG plots) into a report folder.
+
+The run package's return report (per step: items done, removed, error rows with examples, wall
+time and items/s per GPU), removal per benchmark x step with the option-count mix, sanity flags,
+and the trust section (chance floor, 4/4 vs 3/4, borderline items, picked letters, margins).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import plots
+from ..items import ItemsError, ItemSet, load_items
+from ..protocol import Protocol
+from ..report import (
+    BORDER,
+    EXAMPLES,
+    StepReport,
+    all_steps,
+    borderline,
+    by_benchmark,
+    by_options,
+    chance_floor,
+    flags,
+    hits_table,
+    letters,
+)
+from ..store import Store, StoreError
+from ._cli import fail, parser, settings
+from .status import duration
+
+PLOTS = ("removal_by_benchmark.png", "margins.png", "letters.png")
+
+
+def _table(head: list[str], rows: list[list[object]]) -> list[str]:
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return [*out, ""]
+
+
+def _pct(a: int, b: int) -> str:
+    return f"{100 * a / b:.1f} %" if b else "-"
+
+
+def markdown(reps: dict[int, StepReport], items: ItemSet, protocol: Protocol, results: Path) -> str:
+    t = protocol.margin_threshold
+    md = ["# Pool screen report", "", f"Results: `{results}`  ", f"Protocol: `{protocol.fingerprint}`  "]
+    md += [f"Items: {items.items.num_rows:,} valid, {items.rejected.num_rows:,} rejected at validation", ""]
+    md += ["## Return report", ""]
+    rows = []
+    for s, r in reps.items():
+        ex = ", ".join(r.error_ids[:EXAMPLES]) + (" ..." if r.n_errors > EXAMPLES else "")
+        rate = f"{r.rows.num_rows / r.wall_s:.1f}" if r.wall_s else "-"
+        rows.append([s, f"{r.done:,}", f"{r.n_removed:,}", f"{r.n_errors:,}", ex or "-", duration(r.wall_s), rate])
+    md += _table(["step", "items done", "removed", "error rows", "example error ids", "wall", "items/s"], rows)
+    rows = [
+        [s, srv, f"{n:,}", duration(w), f"{n / w:.1f}" if w else "-"]
+        for s, r in reps.items()
+        for srv, n, w in r.per_server
+    ]
+    md += ["Per GPU (one vLLM server each):", "", *_table(["step", "server", "items", "wall", "items/s"], rows)]
+
+    md += ["## Sanity flags", ""]
+    found = flags(reps, protocol)
+    md += [f"- **{f.what}**: {f.detail}" for f in found] or [
+        "None: no benchmark at ~0 % or ~100 %, every step-1 row has all orders, error rates below 0.1 %."
+    ]
+    md += [""]
+
+    md += ["## Removal by benchmark", "", "![removal by benchmark](removal_by_benchmark.png)", ""]
+    per = {s: {b: (n, rm, mix) for b, n, rm, mix in by_benchmark(r)} for s, r in reps.items()}
+    head = ["benchmark", "options (n:items)"] + [f"step {s} removed" for s in reps]
+    rows = []
+    for b in sorted(per.get(1, {})):
+        mix = " ".join(f"{k}:{v}" for k, v in per[1][b][2].items())
+        cells = [
+            f"{per[s][b][1]}/{per[s][b][0]} ({_pct(per[s][b][1], per[s][b][0])})" if b in per[s] else "-" for s in reps
+        ]
+        rows.append([b, mix, *cells])
+    md += _table(head, rows)
+
+    md += ["## Trust", "", "### Chance floor (step 1, cyclic orders)", ""]
+    if 1 in reps:
+        obs = by_options(reps[1])
+        ns = sorted(obs)
+        spec = protocol.steps[1]
+        rows = [
+            [
+                n,
+                f"{best}/{spec.n_orders}",
+                f"{100 * p:.2f} %",
+                f"{obs[n][1]:,}/{obs[n][0]:,} ({_pct(obs[n][1], obs[n][0])})",
+            ]
+            for n, best, p in chance_floor(protocol, ns)
+        ]
+        md += [
+            f"A fixed-letter guesser can never reach {spec.min_hits}/{spec.n_orders}; a uniform random guesser "
+            f"reaches it with the probability shown (an upper bound on removals by chance, since the mean margin "
+            f"must also exceed ln 2).",
+            "",
+            *_table(["options", "fixed-letter best", "random guesser >= threshold", "observed removed"], rows),
+            "### Orders right (step 1)",
+            "",
+        ]
+        md += _table(
+            ["orders right", "items", "removed"], [[h, f"{n:,}", f"{r:,}"] for h, (n, r) in hits_table(reps[1]).items()]
+        )
+    md += [f"### Borderline items (margin within {BORDER} of ln 2)", ""]
+    rows = [
+        [s, f"{b[0]:,}", f"{b[1]:,}", _pct(b[0], r.ok.num_rows)] for s, r in reps.items() for b in [borderline(r, t)]
+    ]
+    md += _table(["step", "borderline", "of those removed", "share of ok items"], rows)
+    md += ["### Picked letters", "", "![picked letters](letters.png)", ""]
+    lets = {s: letters(r) for s, r in reps.items()}
+    keys = sorted(set().union(*lets.values()))
+    md += _table(["step", *keys], [[s, *(f"{lets[s].get(k, 0):,}" for k in keys)] for s in reps])
+    md += ["### Margins", "", "![margins](margins.png)", ""]
+    return "\n".join(md) + "\n"
+
+
+def write_report(store: Store, items: ItemSet, protocol: Protocol, out: Path) -> Path:
+    reps = all_steps(store, items)
+    out.mkdir(parents=True, exist_ok=True)
+    plots.removal_by_benchmark(reps, out / PLOTS[0])
+    plots.margins(reps, protocol.margin_threshold, out / PLOTS[1])
+    plots.picked_letters(reps, out / PLOTS[2])
+    path = out / "report.md"
+    path.write_text(markdown(reps, items, protocol, store.root), encoding="utf-8")
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = parser("pool-report", __doc__ or "")
+    p.add_argument("--out", type=Path, help="report folder (default: <results root>/../report)")
+    a = p.parse_args(argv)
+    s = settings(a)
+    protocol = Protocol.load(s.protocol_file)
+    store = Store(s.results_dir, protocol.fingerprint)
+    out = a.out or s.results_dir.parent / "report"
+    try:
+        store.check_stamp()
+        path = write_report(store, load_items(s.items_dir), protocol, out)
+    except (StoreError, ItemsError) as e:
+        fail(str(e))
+    print(f"report: {path} (+ {', '.join(PLOTS)})")

@@ -1,0 +1,173 @@
+"""What happened in a screen, and whether to trust its removals: the numbers behind pool-report.
+
+Everything is computed from the store's index (one winner per item and step) joined with the item
+table, as column operations; the full rows are never read. `plots.py` draws from the same tables.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .items import ItemSet
+from .plan import MAX_ITEM_RUNS
+from .protocol import LETTERS, Protocol
+from .store import STEPS, Store
+
+EXTREME = 0.01  # a benchmark removing <= 1 % or >= 99 % of its items deserves a look
+MIN_FLAG_ITEMS = 20  # ... when it has at least this many items in the step
+MAX_ERROR_RATE = 0.001
+BORDER = 0.1  # |margin - threshold| within this is a borderline call
+EXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class StepReport:
+    step: int
+    rows: pa.Table  # winners of items in the item table, with n_options
+    done: int
+    error_ids: list[str]
+    wall_s: float
+    per_server: list[tuple[str, int, float]]  # (server, items, wall seconds)
+
+    @property
+    def ok(self) -> pa.Table:
+        return self.rows.filter(pc.equal(self.rows.column("status"), "ok"))
+
+    @property
+    def n_removed(self) -> int:
+        return _count(self.ok.column("removed"))
+
+    @property
+    def n_errors(self) -> int:
+        return len(self.error_ids)
+
+
+@dataclass(frozen=True)
+class Flag:
+    what: str
+    detail: str
+
+
+def _count(mask: pa.ChunkedArray | pa.Array) -> int:
+    return int(pc.sum(pc.fill_null(mask, False)).as_py() or 0)
+
+
+def step_report(step: int, store: Store, items: ItemSet) -> StepReport:
+    known = items.items.select(["item_id", "n_options"])
+    w = store.winners(step).join(known, "item_id", join_type="inner")
+    final = store.final_ids(step, MAX_ITEM_RUNS)
+    done = _count(pc.is_in(w.column("item_id"), value_set=final))
+    errs = w.filter(pc.equal(w.column("status"), "error")).sort_by("item_id")
+    per_server = []
+    if w.num_rows:
+        g = w.group_by("server").aggregate([("item_id", "count"), ("started_at", "min"), ("finished_at", "max")])
+        for srv, n, lo, hi in zip(*(g.column(c).to_pylist() for c in g.column_names[:4]), strict=True):
+            per_server.append((srv or "?", n, max(0.0, hi - lo)))
+        wall = pc.max(w.column("finished_at")).as_py() - pc.min(w.column("started_at")).as_py()
+    else:
+        wall = 0.0
+    per_server.sort()
+    return StepReport(step, w, done, errs.column("item_id").to_pylist(), wall, per_server)
+
+
+def by_benchmark(rep: StepReport) -> list[tuple[str, int, int, dict[int, int]]]:
+    """(benchmark, ok items, removed, option-count mix) per benchmark of the step."""
+    ok = rep.ok
+    if not ok.num_rows:
+        return []
+    ok = _with_removed(ok)
+    g = ok.group_by("benchmark").aggregate([("item_id", "count"), ("_rm", "sum")])
+    mix = ok.group_by(["benchmark", "n_options"]).aggregate([("item_id", "count")])
+    mixes: dict[str, dict[int, int]] = {}
+    for b, n, c in zip(*(mix.column(x).to_pylist() for x in ("benchmark", "n_options", "item_id_count")), strict=True):
+        mixes.setdefault(b, {})[n] = c
+    rows = zip(*(g.column(x).to_pylist() for x in ("benchmark", "item_id_count", "_rm_sum")), strict=True)
+    return sorted((b, n, r, dict(sorted(mixes[b].items()))) for b, n, r in rows)
+
+
+def flags(reps: dict[int, StepReport], protocol: Protocol) -> list[Flag]:
+    out = []
+    for step, rep in reps.items():
+        for bench, n, removed, _ in by_benchmark(rep):
+            rate = removed / n
+            if n >= MIN_FLAG_ITEMS and (rate <= EXTREME or rate >= 1 - EXTREME):
+                out.append(Flag(f"step {step}: {bench} removes {100 * rate:.1f} %", f"{removed} of {n} items"))
+        total = rep.rows.num_rows
+        if total and rep.n_errors / total > MAX_ERROR_RATE:
+            out.append(
+                Flag(
+                    f"step {step}: error rate {100 * rep.n_errors / total:.2f} % (> {100 * MAX_ERROR_RATE:.1f} %)",
+                    f"{rep.n_errors} error rows, e.g. {', '.join(rep.error_ids[:EXAMPLES])}; check the vLLM log",
+                )
+            )
+    if 1 in reps:
+        ok = reps[1].ok
+        want = protocol.steps[1].n_orders
+        bad = ok.filter(pc.not_equal(pc.fill_null(ok.column("n_perm"), 0), want))
+        if bad.num_rows:
+            ids = ", ".join(bad.column("item_id").to_pylist()[:EXAMPLES])
+            out.append(Flag(f"step 1: {bad.num_rows} ok rows without {want} orders", f"e.g. {ids}"))
+    return out
+
+
+def chance_floor(protocol: Protocol, option_counts: list[int]) -> list[tuple[int, int, float]]:
+    """Per option count: the most orders a fixed-letter guesser gets right, and the chance that a
+    uniform random guesser reaches the step-1 hit threshold (an upper bound on chance removals,
+    since removal also needs the mean margin above the threshold)."""
+    spec = protocol.steps[1]
+    out = []
+    for n in option_counts:
+        best = 0
+        for gold in range(n):
+            shown = [protocol.order("chance", n, k).index(gold) for k in range(spec.n_orders)]
+            best = max(best, max(shown.count(j) for j in range(n)))
+        p = 1 / n
+        k = spec.n_orders
+        prob = sum(math.comb(k, h) * p**h * (1 - p) ** (k - h) for h in range(spec.min_hits, k + 1))
+        out.append((n, best, prob))
+    return out
+
+
+def hits_table(rep: StepReport) -> dict[int, tuple[int, int]]:
+    """Step 1: n_hits -> (items, removed)."""
+    return _grouped(rep.ok, "n_hits")
+
+
+def by_options(rep: StepReport) -> dict[int, tuple[int, int]]:
+    """Option count -> (ok items, removed)."""
+    return _grouped(rep.ok, "n_options")
+
+
+def _grouped(ok: pa.Table, key: str) -> dict[int, tuple[int, int]]:
+    g = _with_removed(ok).group_by(key).aggregate([("item_id", "count"), ("_rm", "sum")])
+    cols = (g.column(c).to_pylist() for c in (key, "item_id_count", "_rm_sum"))
+    return dict(sorted((k or 0, (n, r)) for k, n, r in zip(*cols, strict=True)))
+
+
+def _with_removed(ok: pa.Table) -> pa.Table:
+    return ok.append_column("_rm", pc.cast(pc.fill_null(ok.column("removed"), False), pa.int64()))
+
+
+def borderline(rep: StepReport, threshold: float) -> tuple[int, int]:
+    """(ok items with |margin - threshold| <= BORDER, of those removed)."""
+    ok = rep.ok
+    near = pc.less_equal(pc.abs(pc.subtract(ok.column("margin"), threshold)), BORDER)
+    return _count(near), _count(pc.and_(near, pc.fill_null(ok.column("removed"), False)))
+
+
+def letters(rep: StepReport) -> dict[str, int]:
+    """Picked letter -> items (steps 2-3: the shown letter; step 1: order 0's, as an original letter)."""
+    ok = rep.ok
+    if not ok.num_rows:
+        return {}
+    vc = pc.value_counts(pc.drop_null(ok.column("pred")))
+    got = dict(zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist(), strict=True))
+    return {k: got[k] for k in LETTERS if k in got}
+
+
+def all_steps(store: Store, items: ItemSet) -> dict[int, StepReport]:
+    return {s: step_report(s, store, items) for s in STEPS}

@@ -1,0 +1,151 @@
+"""Report flags and the audit on crafted stores; status, metrics, report and audit on a half-finished real run."""
+
+import signal
+import time
+
+import httpx
+import orjson
+import pytest
+from craft import P, items_of, row, write
+from stack import Stack
+
+from pool_queue.audit import run_audit
+from pool_queue.commands.report import PLOTS, write_report
+from pool_queue.items import load_items
+from pool_queue.procs import Procs
+from pool_queue.report import all_steps, chance_floor, flags
+from pool_queue.status import StatusReader
+from pool_queue.store import Store
+
+
+def _store(root):
+    return Store(root / "results" / "pool", P.fingerprint)
+
+
+def _valid_store(root):
+    """Step 1 for every item (every other one removed); step 2 for the first survivors with frames."""
+    items = items_of(root)
+    write(root, 1, [row(it, 1, removed=i % 2 == 0) for i, it in enumerate(items)])
+    with_frames = {p.name for p in (root / "frames" / "pool_frames").iterdir()}
+    alive = [it for i, it in enumerate(items) if i % 2 and it["video_id"] in with_frames]
+    write(root, 2, [row(it, 2, removed=True) for it in alive[:10]])
+    return items, alive
+
+
+def _audit(root, **kw):
+    return run_audit(
+        root / "results" / "pool", P, load_items(root / "items"), root / "frames" / "pool_frames", show=False, **kw
+    )
+
+
+def test_sanity_flags_each_trigger(pool_root):
+    items = items_of(pool_root)
+    rows = []
+    for i, it in enumerate(items):
+        bench = "AllGone" if i < 40 else "NoneGone" if i < 80 else "Normal"
+        rows.append(row(it, 1, removed=bench == "AllGone" or (bench == "Normal" and i % 2 == 0), benchmark=bench))
+    rows[100] = row(items[100], 1, n_orders=3, benchmark="Normal")
+    rows[101] = row(items[101], 1, status="error", benchmark="Normal")
+    write(pool_root, 1, rows)
+    got = [f.what for f in flags(all_steps(_store(pool_root), load_items(pool_root / "items")), P)]
+    assert any("AllGone removes 100.0 %" in f for f in got)
+    assert any("NoneGone removes 0.0 %" in f for f in got)
+    assert any("1 ok rows without 4 orders" in f for f in got)
+    assert any("error rate 0.42 %" in f for f in got)
+    assert not any("Normal" in f for f in got)
+
+
+def test_clean_store_raises_no_flag_and_passes_audit(pool_root):
+    _valid_store(pool_root)
+    assert flags(all_steps(_store(pool_root), load_items(pool_root / "items")), P) == []
+    a = _audit(pool_root)
+    assert a.problems == [] and a.rows > 240
+    assert {w.check for w in a.warnings} == {"incomplete"}  # step 2 only partly done, step 3 not begun
+    assert {p.check for p in _audit(pool_root, complete=True).problems} == {"incomplete"}
+
+
+def test_chance_floor_under_cyclic_orders():
+    rows = {n: (best, p) for n, best, p in chance_floor(P, [2, 3, 4, 5])}
+    assert rows[4][0] == 1 and rows[5][0] == 1  # gold visits 4 different letters
+    assert rows[2][0] == 2 and rows[3][0] == 2  # as evenly as possible: still below 3 of 4
+    assert rows[4][1] == pytest.approx(4 * (1 / 4) ** 3 * (3 / 4) + (1 / 4) ** 4)
+
+
+@pytest.mark.parametrize("corruption", ["duplicate", "fingerprint", "chain", "torn", "garbage", "orders"])
+def test_audit_catches_each_corruption(pool_root, corruption):
+    items, alive = _valid_store(pool_root)
+    removed_item = items[0]  # removed at step 1
+    if corruption == "duplicate":
+        write(pool_root, 1, [row(items[1], 1, removed=True)], name="again")  # step 1 said kept, now removed
+        want = "duplicate winners"
+    elif corruption == "fingerprint":
+        write(pool_root, 1, [row(items[3], 1, fingerprint="v1-0000000000000000")], name="other")
+        want = "protocol"
+    elif corruption == "chain":
+        write(pool_root, 2, [row(removed_item, 2)], name="stray")
+        want = "chain"
+    elif corruption == "torn":
+        seg = write(pool_root, 3, [row(alive[0], 3)], name="torn")
+        seg.write_bytes(seg.read_bytes()[:-40])
+        want = "torn line"
+    elif corruption == "garbage":
+        seg = write(pool_root, 1, [row(items[5], 1), row(items[7], 1)], name="garbage")
+        lines = seg.read_bytes().split(b"\n")
+        seg.write_bytes(lines[0][:50] + b"\n" + lines[1] + b"\n")
+        want = "unparsable row"
+    else:
+        write(pool_root, 1, [row(items[9], 1, n_orders=2)], name="short")
+        want = "step-1 orders"
+    a = _audit(pool_root)
+    assert [p.check for p in a.problems] == [want], a.problems
+    assert a.problems[0].detail
+
+
+def test_audit_warns_on_repeated_rows_that_agree(pool_root):
+    items, _ = _valid_store(pool_root)
+    write(pool_root, 1, [row(items[1], 1, t=2000.0)], name="again")
+    a = _audit(pool_root)
+    assert a.problems == []
+    assert [w.check for w in a.warnings if w.check != "incomplete"] == ["repeated rows"]
+    assert a.warnings[0].examples == (items[1]["item_id"],)
+
+
+def test_status_metrics_report_audit_on_a_half_finished_run(pool_root, tmp_path):
+    with Procs(tmp_path / "logs") as procs:
+        stack = Stack(pool_root, procs)
+        server = stack.sim("sim", "qwen3-vl-8b", "--speed", "0.4")
+        stack.enqueue(1, "--chunk-size", "8")
+        w = stack.worker("w", server, "--metrics-port", "0", "--inflight", "8")
+        items = load_items(pool_root / "items")
+        reader = StatusReader(items, stack.store, pool_root / "frames" / "pool_frames", stack.conn)
+        deadline = time.monotonic() + 60
+        while True:
+            st = reader.read()
+            if st.workers and st.workers[0].items >= 16 and st.steps[0].done >= 16:
+                break
+            assert time.monotonic() < deadline, stack.log("w")
+            time.sleep(0.5)
+        live = st.workers[0]
+        assert live.server == server and live.health is True and live.server_up and live.steps == [1, 2]
+        assert st.steps[0].running_items and st.steps[0].running_jobs
+        metrics = httpx.get(live.metrics_url.replace(live.host, "127.0.0.1")).text
+        assert 'pool_forwards_total{step="1"}' in metrics and "pool_forward_latency_seconds_bucket" in metrics
+        assert "pool_inflight_requests" in metrics
+        w.send_signal(signal.SIGTERM)
+        assert w.wait(60) == 0, stack.log("w")
+        st = reader.read()
+        assert st.workers == []  # a stopped worker withdraws its presence
+        for s in st.steps:  # with no worker running, every eligible item is done or waits in a job
+            assert s.done + s.queued_items == s.eligible, s
+            assert s.running_items == 0 and s.remaining == s.eligible - s.done
+        s1 = st.steps[0]
+        assert 0 < s1.done < 240 and s1.items_per_s_1m > 0 and s1.eta_s and s1.eta_s > 0
+        assert orjson.loads(st.model_dump_json())["steps"][0]["eligible"] == 240
+
+    a = _audit(pool_root)
+    assert a.problems == [] and any(x.check == "incomplete" for x in a.warnings)
+    path = write_report(stack.store, items, P, tmp_path / "report")
+    text = path.read_text()
+    assert f"| 1 | {s1.done:,} |" in text and "## Sanity flags" in text and "### Chance floor" in text
+    for name in PLOTS:
+        assert (tmp_path / "report" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
