@@ -2,26 +2,22 @@
 
 import asyncio
 import base64
-import io
 import time
 
 import httpx
+import orjson
 import pytest
-from PIL import Image
+import recorded
+from recorded import jpeg_url, shape
 
 from pool_queue.items import load_items
 from pool_queue.procs import Procs, free_port, wait_health
 from pool_queue.protocol import Protocol
 from pool_queue.sim.model import PROFILES, answer
+from workers.client import parse_answer
 
 P = Protocol()
 CHAT = "/v1/chat/completions"
-
-
-def jpeg_url(size=(448, 252)) -> str:
-    out = io.BytesIO()
-    Image.new("RGB", size, 90).save(out, format="JPEG")
-    return "data:image/jpeg;base64," + base64.b64encode(out.getvalue()).decode()
 
 
 @pytest.fixture(scope="module")
@@ -253,3 +249,17 @@ def test_capacity_model_rises_then_flattens(procs):
     assert r16 < 1.4 * r8  # beyond it, requests only wait
     m = httpx.get(url + "/metrics").text
     assert "vllm:num_requests_running" in m and "vllm:prefix_cache_hits_total" in m
+
+
+@pytest.mark.parametrize("step", [1, 2, 3])
+def test_simulator_matches_a_recorded_real_response(procs, step):
+    """Against the real vLLM answers kept in the repo, so this holds where no vLLM is installed."""
+    rec = recorded.load(step)
+    top, prompt_tokens = parse_answer(orjson.dumps(rec["response"]))  # the client reads the real answer
+    assert len(top) == 20 and prompt_tokens and prompt_tokens > 100 * recorded.IMAGES[step]
+    profile = "qwen3-vl-2b" if step == 3 else "qwen3-vl-8b"
+    url = procs.sim(f"sim-rec{step}", free_port(), "--zero-latency", "--profile", profile)
+    wait_health(url, 20)
+    got = httpx.post(url + CHAT, json=recorded.request(step), timeout=30)
+    assert got.status_code == 200, got.text
+    assert shape(got.json()) == shape(rec["response"]), f"simulator vs vLLM {rec['vllm_version']}"

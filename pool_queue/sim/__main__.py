@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-seqs", type=int, default=64)
     p.add_argument("--max-logprobs", type=int, default=20)
     p.add_argument("--limit-images", type=int, default=32, help="as --limit-mm-per-prompt '{\"image\": N}'")
+    p.add_argument("--limit-mm-per-prompt", type=json.loads, help='vLLM\'s form, e.g. \'{"image": 32, "video": 0}\'')
     p.add_argument("--max-model-len", type=int)
     p.add_argument("--api-key", help="require this bearer key on /v1/* (env VLLM_API_KEY also works)")
     p.add_argument("--warmup-s", type=float, default=0.0, help="/health answers 503 for this long")
@@ -56,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
         served_name=a.served_model_name or prof.model,
         max_num_seqs=a.max_num_seqs,
         max_logprobs=a.max_logprobs,
-        max_images=a.limit_images,
+        max_images=int(a.limit_mm_per_prompt.get("image", 0)) if a.limit_mm_per_prompt else a.limit_images,
         max_model_len=a.max_model_len,
         api_key=a.api_key or os.environ.get("VLLM_API_KEY") or None,
         warmup_s=a.warmup_s,

@@ -64,7 +64,7 @@ def check(body: Any, lim: Limits) -> Parsed:
     model = body.get("model")
     if model != lim.served_name:
         raise SimError(
-            404, f"The model `{model}` does not exist. Valid aliases: {lim.served_name}", "NotFoundError", "model"
+            404, f"The model `{model}` does not exist. Valid aliases: {lim.served_name}.", "NotFoundError", "model"
         )
     logprobs = bool(body.get("logprobs", False))
     top_k = body.get("top_logprobs")
@@ -110,7 +110,8 @@ def check(body: Any, lim: Limits) -> Parsed:
             400,
             f"This model's maximum context length is {lim.max_model_len} tokens. However, your "
             f"prompt contains at least {total} input tokens, which exceeds this limit even without any "
-            "output tokens.",
+            f"output tokens. Please reduce the length of the input prompt. (parameter=input_tokens, value={total})",
+            param="input_tokens",
         )
     prefix = img_tokens + text_tokens(user_text.split("\nA. ", 1)[0])
     return Parsed(

@@ -23,6 +23,8 @@ from .checks import Limits, Parsed, SimError, check
 from .faults import FaultPlan
 from .model import Profile, answer
 
+SYSTEM_FINGERPRINT = "vllm-0.32.0-pool-sim"  # the shape of vLLM 0.32.0 responses (checked by the vllm tests)
+
 
 @dataclass
 class SimConfig:
@@ -89,7 +91,22 @@ class SimServer:
                         "root": snapshot_path(cfg.profile.model, cfg.profile.revision),
                         "parent": None,
                         "max_model_len": self.limits.max_model_len,
-                        "permission": [],
+                        "permission": [
+                            {
+                                "id": f"modelperm-{self.created:x}",
+                                "object": "model_permission",
+                                "created": self.created,
+                                "allow_create_engine": False,
+                                "allow_sampling": True,
+                                "allow_logprobs": True,
+                                "allow_search_indices": False,
+                                "allow_view": True,
+                                "allow_fine_tuning": False,
+                                "organization": "*",
+                                "group": None,
+                                "is_blocking": False,
+                            }
+                        ],
                     }
                 ],
             }
@@ -144,6 +161,9 @@ class SimServer:
             return denied
         raw = await request.read()
         self.stats.requests += 1
+        if request.content_type != "application/json":
+            msg = "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed"
+            return self._error(SimError(400, msg, "Bad Request"))
         if self.cfg.exit_after is not None and self.stats.requests >= self.cfg.exit_after:
             os._exit(3)  # a crash, not a shutdown: in-flight requests see the connection drop
         if not self._ready():
@@ -247,25 +267,29 @@ class SimServer:
                             "annotations": None,
                             "audio": None,
                             "function_call": None,
-                            "tool_calls": [],
                             "reasoning": None,
                         },
                         "logprobs": logprobs,
                         "finish_reason": "length",
                         "stop_reason": None,
                         "token_ids": None,
+                        "routed_experts": None,
                     }
                 ],
                 "service_tier": None,
-                "system_fingerprint": None,
+                "system_fingerprint": SYSTEM_FINGERPRINT,
                 "usage": {
                     "prompt_tokens": p.prompt_tokens,
                     "total_tokens": p.prompt_tokens + 1,
                     "completion_tokens": 1,
                     "prompt_tokens_details": None,
+                    "completion_tokens_details": None,
                 },
                 "prompt_logprobs": None,
                 "prompt_token_ids": None,
+                "prompt_text": None,
                 "kv_transfer_params": None,
+                "ec_transfer_params": None,
+                "metrics": None,
             }
         )

@@ -1,0 +1,196 @@
+"""The client, the worker and the simulator against a REAL vLLM server (CPU build, tiny Qwen3-VL)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import recorded
+from PIL import Image
+from recorded import jpeg_url, shape
+from stack import Stack
+from vllm_stack import P, model_snapshots, start, vllm_python, wait_ready
+
+from pool_queue.procs import Procs, free_port, wait_health
+from pool_queue.protocol import Protocol
+from pool_queue.synth import SynthConfig, generate
+from workers.client import VLLMClient
+from workers.screen import Identity, Item, Screener
+
+pytestmark = pytest.mark.vllm
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    """One server for the 8B name (steps 1-2) and one for the 2B name (step 3), started together."""
+    py = vllm_python()
+    snaps = model_snapshots(py)
+    base = tmp_path_factory.mktemp("vllm")
+    with Procs(base / "logs") as procs:
+        urls = {s: start(procs, f"vllm-s{s}", py, snaps[s], s, base) for s in (1, 3)}
+        with ThreadPoolExecutor(2) as ex:
+            list(ex.map(lambda s: wait_ready(procs, f"vllm-s{s}", urls[s]), urls))
+        for s, url in urls.items():  # the first request of a fresh server is slow (lazy init): not measured
+            body = P.request_body(s, "Warm up?", ["yes", "no"], [jpeg_url()] if s == 3 else [])
+            assert _post(url, body).status_code == 200
+        yield {1: urls[1], 2: urls[1], 3: urls[3]}, procs
+
+
+def _post(url: str, body: dict[str, Any]) -> httpx.Response:
+    return httpx.post(
+        f"{url}/v1/chat/completions",
+        content=orjson.dumps(body),
+        headers={"Content-Type": "application/json"},
+        timeout=300,
+    )
+
+
+def test_worker_screens_three_steps_end_to_end(servers, tmp_path):
+    urls, _ = servers
+    root = tmp_path / "root"
+    generate(root, SynthConfig(n_items=14, n_videos=6, seed=5, frames=(20, 40), shard_videos=6))
+    with Procs(tmp_path / "logs") as procs:
+        stack = Stack(root, procs)
+        stack.enqueue(1)
+        stack.worker("w8", urls[1], "--burst", "--inflight", "16")
+        stack.worker("w2", urls[3], "--burst", "--inflight", "4")
+        stack.wait_workers(["w8", "w2"], timeout=900)
+        if stack.queued():  # a step-3 job chained after the 2B worker's queues looked empty
+            stack.worker("w2-late", urls[3], "--burst", "--inflight", "4")
+            stack.wait_workers(["w2-late"], timeout=900)
+        counts = {}
+        for step in (1, 2, 3):
+            rows = stack.winners(step)
+            counts[step] = len(rows)
+            for r in rows.values():
+                assert r["status"] == "ok", r
+                assert r["model"] == P.steps[step].model and r["revision"] == P.steps[step].revision
+                n = len(r["forwards"][0]["order"])
+                assert r["n_perm"] == len(r["forwards"]) == P.steps[step].n_orders
+                judged = []
+                for f in r["forwards"]:
+                    assert len(f["top"]) == 20 and f["prompt_tokens"] > 0 and f["attempts"] == 1
+                    top = [(t, v) for t, v in f["top"]]
+                    j = P.judge_forward(top, n, f["order"].index(_gold(root, r["item_id"])))
+                    assert math.isclose(j.margin, f["margin"]) and "ABCDEFGHIJ"[j.pred] == f["pred"]
+                    judged.append(j)
+                assert r["removed"] == P.removed(step, judged)
+                if step > 1:
+                    per_image = (r["forwards"][0]["prompt_tokens"] - 40) / len(r["frame_indices"])
+                    assert per_image > 60, r["forwards"][0]["prompt_tokens"]  # images really reached the model
+            if step < 3:
+                survivors = [r for r in rows.values() if not r["removed"]]
+                assert counts[step] >= len(survivors)
+        assert counts[1] == 14 and counts[2] > 0 and counts[3] > 0
+        three = next(iter(stack.winners(3).values()))
+        assert len(three["frame_indices"]) == 32  # videos of 20..40 frames: 32 or all if fewer
+        assert stack.raw_count(1) == 14
+
+
+def _gold(root: Path, item_id: str) -> int:
+    from pool_queue.items import load_items
+
+    items = load_items(root / "items")
+    return int(items.items.column("gold")[items.by_id[item_id]].as_py())
+
+
+def _screen(url: str, protocol: Protocol, step: int, item: Item, frames: Path):
+    async def go():
+        client = VLLMClient(url, max_attempts=2, backoff_s=0.05)
+        try:
+            who = Identity(protocol.fingerprint, protocol.steps[step].model, protocol.steps[step].revision, url, "t")
+            return await Screener(protocol, client, frames, who, asyncio.Semaphore(8)).screen(step, item)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+@pytest.fixture()
+def video33(tmp_path) -> Path:
+    d = tmp_path / "frames" / "v33"
+    d.mkdir(parents=True)
+    for i in range(33):
+        Image.new("RGB", (448, 252), (i * 7, 100, 200 - i * 5)).save(d / f"frame_{i}.jpg", "JPEG", quality=90)
+    return tmp_path / "frames"
+
+
+def test_limits_come_back_as_permanent_error_rows(servers, video33):
+    urls, _ = servers
+    item = Item("it-1", "B", "v33", "What happens in the video?", ["a dog runs", "a cat sleeps", "rain"], 1)
+    ok = _screen(urls[3], P, 3, item, video33)
+    assert ok.status == "ok" and len(ok.frame_indices) == 32 and ok.forwards[0].prompt_tokens > 32 * 100
+
+    s3 = P.steps[3].model_copy(update={"n_frames": 33})
+    too_many = P.model_copy(update={"steps": {**P.steps, 3: s3}})
+    row = _screen(urls[3], too_many, 3, item, video33)
+    assert row.status == "error" and row.error_kind == "permanent" and row.attempts == 1
+    assert "At most 32 image(s) may be provided in one prompt" in (row.error or "")
+
+    row = _screen(urls[1], P.model_copy(update={"top_logprobs": 21}), 1, item, video33)
+    assert row.error_kind == "permanent" and "greater than max allowed: 20" in (row.error or "")
+
+    long = Item("it-2", "B", "v33", "word " * 5000, ["yes", "no"], 0)
+    row = _screen(urls[1], P, 1, long, video33)
+    assert row.error_kind == "permanent" and "maximum context length is 4096 tokens" in (row.error or "")
+
+
+def test_simulator_answers_with_the_real_servers_structure(servers, tmp_path, video33):
+    urls, _ = servers
+    with Procs(tmp_path / "logs") as procs:
+        sims = {
+            1: procs.sim("sim8", free_port(), "--profile", "qwen3-vl-8b", "--max-model-len", "4096"),
+            3: procs.sim("sim2", free_port(), "--profile", "qwen3-vl-2b", "--max-model-len", "4096"),
+        }
+        for u in sims.values():
+            wait_health(u, 20)
+        img = jpeg_url()
+        q, opts = "Which one?", ["red", "green", "blue", "black"]
+        cases = {
+            "text": (1, P.request_body(1, q, opts, [])),
+            "one image": (1, P.request_body(2, q, opts, [img])),
+            "33 images": (3, P.request_body(3, q, opts, [img] * 33)),
+            "top_logprobs 21": (1, {**P.request_body(1, q, opts, []), "top_logprobs": 21}),
+            "too long": (1, P.request_body(1, "word " * 5000, opts, [])),
+            "unknown model": (1, {**P.request_body(1, q, opts, []), "model": "nope"}),
+        }
+        for name, (s, body) in cases.items():
+            real, sim = _post(urls[s], body), _post(sims[s], body)
+            assert real.status_code == sim.status_code, (name, real.text, sim.text)
+            assert shape(real.json()) == shape(sim.json()), name
+            if real.status_code != 200:  # same text (the token count of an over-long prompt is the sim's estimate)
+                cut = 60 if name == "too long" else None
+                assert real.json()["error"]["message"][:cut] == sim.json()["error"]["message"][:cut], name
+        bare = orjson.dumps(cases["text"][1])  # no Content-Type header: vLLM refuses it
+        real = httpx.post(f"{urls[1]}/v1/chat/completions", content=bare)
+        sim = httpx.post(f"{sims[1]}/v1/chat/completions", content=bare)
+        assert real.status_code == sim.status_code == 400 and real.json() == sim.json()
+        for s in (1, 3):
+            real_m = httpx.get(f"{urls[s]}/v1/models").json()
+            sim_m = httpx.get(f"{sims[s]}/v1/models").json()
+            assert shape(real_m) == shape(sim_m)
+            assert real_m["data"][0]["id"] == sim_m["data"][0]["id"]
+            assert real_m["data"][0]["root"].endswith(sim_m["data"][0]["root"].split("/snapshots/")[-1])
+
+
+def test_recorded_responses_still_match_the_server(servers):
+    """The repo keeps one real response per step; the live server must still answer in that shape.
+
+    POOL_RECORD=1 rewrites them from this server (after a vLLM upgrade)."""
+    urls, _ = servers
+    version = httpx.get(f"{urls[1]}/version").json()["version"]
+    for step in (1, 2, 3):
+        live = _post(urls[step], recorded.request(step))
+        assert live.status_code == 200, live.text
+        if os.environ.get("POOL_RECORD") == "1":
+            recorded.save(step, version, live.json())
+        rec = recorded.load(step)
+        assert shape(live.json()) == shape(rec["response"]), f"step {step}: vLLM {version} vs {rec['vllm_version']}"
+        assert live.json()["usage"]["prompt_tokens"] == rec["response"]["usage"]["prompt_tokens"]
