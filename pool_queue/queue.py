@@ -100,3 +100,12 @@ def job_item_ids(conn: Redis, job_ids: Iterable[str]) -> list[str]:
             if job is not None:
                 out.extend(job.args[1])
     return out
+
+
+def busy(conn: Redis, steps: Iterable[int] = (1, 2, 3)) -> bool:
+    """Any job waiting, being handed over, or running on these steps' queues."""
+    for step in steps:
+        q = step_queue(conn, step)
+        if q.count or q.started_job_registry.count or conn.llen(q.intermediate_queue_key):
+            return True
+    return False

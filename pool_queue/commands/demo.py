@@ -23,17 +23,12 @@ from ..plan import eligible
 from ..procs import Procs, free_port, wait_health
 from ..progress import console
 from ..protocol import Protocol
-from ..queue import step_queue
+from ..queue import busy
 from ..store import Store
 from ..synth import SynthConfig, generate
 from . import enqueue
 from .audit import summary
 from .report import write_report
-
-
-def _busy(conn: Redis) -> bool:
-    qs = [step_queue(conn, s) for s in (1, 2, 3)]
-    return any(q.count or q.started_job_registry.count or conn.llen(q.intermediate_queue_key) for q in qs)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -94,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
                 for name, proc in procs.children.items():
                     if proc.poll() is not None:
                         raise SystemExit(f"{name} exited with {proc.returncode}: see {log_dir / (name + '.log')}")
-                idle = idle + 1 if not _busy(conn) else 0
+                idle = idle + 1 if not busy(conn) else 0
         wall = time.monotonic() - t0
     t = Table("step", "done", "removed", "errors", "items/s", title=f"demo screen of {items.num_rows} items")
     for s in (1, 2, 3):

@@ -1,0 +1,149 @@
+"""pool-launch: one model server per GPU (PORT0+i, the GPU pinned), one worker per server, then wait.
+
+`--step N` serves that step's model on every GPU and enqueues step N (survivors chain onward);
+`--split 3+1` serves the 8B on the first 3 GPUs and the 2B on the rest, so all steps run at once.
+Logs: logs/vllm_s<STEP>_gpu<i>.log and logs/client_s<STEP>_gpu<i>.log. `--burst` returns when the
+queues are empty (the run package's run_remote.sh); otherwise it runs until SIGTERM/SIGINT, then
+lets the workers finish their jobs before stopping the servers. `--sim` starts simulated servers
+instead of vLLM (the CPU demo, the Slurm test).
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+from redis import Redis
+
+from ..launch import Server, devices, log_name, plan_servers, server_argv, server_env, snapshot, steps_of
+from ..procs import Procs
+from ..protocol import Protocol
+from ..queue import busy
+from . import enqueue
+from ._cli import fail, parser, settings
+
+OOM_HINTS = ("out of memory", "CUDA error: out of memory", "OutOfMemoryError", "No available memory for the cache")
+
+
+def _wait_healthy(procs: Procs, name: str, srv: Server, timeout: float) -> str | None:
+    """None when /health answers 200; else why not."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        proc = procs.children[name]
+        if proc.poll() is not None:
+            return f"exited with code {proc.returncode}"
+        try:
+            if httpx.get(f"{srv.url}/health", timeout=2).status_code == 200:
+                return None
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    return f"no /health answer within {timeout:.0f} s"
+
+
+def _explain(log: Path, why: str) -> str:
+    tail = log.read_text(errors="replace").splitlines()[-40:] if log.exists() else []
+    msg = [f"{log.stem}: {why}; last lines of {log}:", *("  " + line for line in tail)]
+    if any(h.lower() in line.lower() for line in tail for h in OOM_HINTS):
+        msg.append(
+            "out of GPU memory at start-up: lower MAX_SEQS (e.g. 64 -> 32) or GPU_UTIL; "
+            "do not lower the resolution or the frame count"
+        )
+    return "\n".join(msg)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = parser("pool-launch", __doc__ or "")
+    p.add_argument("--step", type=int, choices=(1, 2, 3), help="serve this step's model on every GPU; enqueue it")
+    p.add_argument("--split", help="A+B: the 8B on A GPUs and the 2B on B GPUs (e.g. 3+1)")
+    p.add_argument("--plan-only", action="store_true", help="print the plan and REMAINING_TOTAL (needs --step)")
+    p.add_argument("--burst", action="store_true", help="stop when the queues are empty")
+    p.add_argument("--sim", action="store_true", help="simulated servers instead of vLLM (no GPU)")
+    p.add_argument("--sim-speed", type=float, default=20.0, help="with --sim: capacity-model speed-up")
+    p.add_argument("--health-timeout", type=float, default=1200.0, help="seconds to wait for every server")
+    a = p.parse_args(argv)
+    s = settings(a)
+    common = ["--root", str(s.root), "--results", str(s.results_dir), "--redis-url", s.redis_url]
+    if a.plan_only:
+        if a.step is None:
+            fail("--plan-only needs --step N")
+        enqueue.main(["--step", str(a.step), "--plan-only", *common])
+        return
+    protocol = Protocol.load(s.protocol_file)
+    try:
+        servers = plan_servers(s, a.step, a.split, devices(s.ngpu, a.sim))
+    except ValueError as e:
+        fail(str(e))
+    if not servers:
+        fail("no GPU visible (CUDA_VISIBLE_DEVICES / nvidia-smi); NGPU=N or --sim for simulated servers")
+    tag = str(a.step) if a.step else a.split.replace("+", "p")
+    logs = s.logs_dir
+    try:
+        paths = {m: snapshot(protocol, m, a.sim) for m in {srv.model for srv in servers}}
+    except Exception as e:  # not in the local cache: say how to get it
+        fail(f"model not in the local hub cache ({e}); run `pool-fetch --models` first (or set HF_HOME)")
+    stop = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    with Procs(logs) as procs:
+        for srv in servers:
+            argv = server_argv(s, protocol, srv, paths[srv.model], a.sim)
+            if a.sim:
+                argv += ["--speed", str(a.sim_speed)]
+            procs.start(log_name("vllm", tag, srv), argv, env=server_env(srv, a.sim))
+        print(f"started {len(servers)} server(s): " + ", ".join(f"{v.name}={v.model}@{v.url}" for v in servers))
+        with ThreadPoolExecutor(len(servers)) as ex:
+            why = list(ex.map(lambda v: _wait_healthy(procs, log_name("vllm", tag, v), v, a.health_timeout), servers))
+        bad = [(v, w) for v, w in zip(servers, why, strict=True) if w]
+        if bad:
+            for v, w in bad:
+                print(_explain(logs / f"{log_name('vllm', tag, v)}.log", w), file=sys.stderr)
+            raise SystemExit(1)
+        print("all servers healthy")
+        for step in [a.step] if a.step else [1, 2, 3]:  # a split runs every step: start (or resume) them all
+            enqueue.main(["--step", str(step), *common])
+        host = socket.gethostname()
+
+        def start_worker(srv: Server) -> None:
+            wargv = [sys.executable, "-m", "workers.main", "--server", srv.url, *common]
+            wargv += ["--name", f"{host}-{srv.name}", "--steps", ",".join(map(str, steps_of(srv.model)))]
+            wargv += ["--metrics-port", str(s.port0 + 100 + srv.gpu)] + (["--burst"] if a.burst else [])
+            procs.start(log_name("client", tag, srv), wargv)
+
+        for srv in servers:
+            start_worker(srv)
+        workers = {log_name("client", tag, v): v for v in servers}
+        print(f"{len(workers)} worker(s) started; progress: pool-status --watch; logs in {logs}")
+        conn = Redis.from_url(s.redis_url, **s.redis_kwargs())
+        served = sorted({step for v in servers for step in steps_of(v.model)})
+        while not stop:
+            time.sleep(1)
+            done = [w for w in workers if procs.children[w].poll() is not None]
+            if len(done) < len(workers):
+                continue
+            if any(procs.children[w].returncode for w in done) or not busy(conn, served):
+                break
+            for w in done:  # a burst worker left while a chained step of ours still had work: again
+                procs.children.pop(w)
+                start_worker(workers[w])
+        for w in workers:  # SIGTERM: no new jobs, in-flight forwards finish, rows written, jobs acked
+            procs.children[w].send_signal(signal.SIGTERM)
+        codes = [procs.children[w].wait() for w in workers]
+    if a.step:
+        enqueue.main(["--step", str(a.step), "--plan-only", *common])
+    if any(codes):
+        fail(f"worker exit codes {codes}: see {logs}/client_s{tag}_gpu*.log", code=1)
+
+
+if __name__ == "__main__":
+    main()

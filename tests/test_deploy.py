@@ -1,0 +1,165 @@
+"""Deployment: the launcher (simulated servers), run_remote.sh, docker compose, the Apptainer definition."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pool_queue.launch import Server, plan_servers, server_argv
+from pool_queue.procs import Procs, free_port
+from pool_queue.protocol import Protocol
+from pool_queue.settings import load_settings
+from pool_queue.store import Store
+
+REPO = Path(__file__).parent.parent
+BIN = Path(sys.executable).parent
+P = Protocol()
+
+
+def _compose(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "docker-compose"), "-f", str(REPO / "docker-compose.yml"), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "REDIS_PASSWORD": "s3cret", **(env or {})},
+        timeout=60,
+        cwd=REPO,
+    )
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    out = _compose("config", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_compose_vllm_services_use_the_launchers_arguments(compose):
+    s = load_settings(max_seqs=64, gpu_util=0.85)
+    vllm = {k: v for k, v in compose["services"].items() if k.startswith("vllm-gpu")}
+    assert sorted(vllm) == ["vllm-gpu0", "vllm-gpu1", "vllm-gpu2", "vllm-gpu3"]
+    gpus = set()
+    for name, svc in vllm.items():
+        assert svc["image"].startswith("vllm/vllm-openai:v") and not svc["image"].endswith(":latest")
+        model = "2b" if name == "vllm-gpu3" else "8b"
+        step = 3 if model == "2b" else 1
+        snap = f"/root/.cache/huggingface/hub/models--{P.steps[step].model.replace('/', '--')}/snapshots/"
+        want = server_argv(s, P, Server(0, "0", model, 8000), snap + P.steps[step].revision, sim=False)
+        assert svc["entrypoint"] + svc["command"] == want[want.index("serve") - 1 :], name
+        (dev,) = svc["deploy"]["resources"]["reservations"]["devices"]
+        assert dev["capabilities"] == ["gpu"] and len(dev["device_ids"]) == 1
+        gpus.add(dev["device_ids"][0])
+        assert svc["healthcheck"]["test"] and any(v["target"] == "/root/.cache/huggingface" for v in svc["volumes"])
+        assert all(p["host_ip"] == "127.0.0.1" for p in svc["ports"])
+    assert gpus == {"0", "1", "2", "3"}
+
+
+def test_compose_redis_workers_producer_and_profiles(compose):
+    svcs = compose["services"]
+    redis = svcs["redis"]
+    assert "--appendonly" in redis["command"] and "yes" in redis["command"]
+    assert redis["command"][redis["command"].index("--requirepass") + 1] == "s3cret"
+    assert redis["ports"][0]["host_ip"] == "127.0.0.1"
+    for i in range(4):
+        w = svcs[f"worker-gpu{i}"]
+        assert w["command"][w["command"].index("--server") + 1] == f"http://vllm-gpu{i}:8000"
+        assert f"vllm-gpu{i}" in w["depends_on"] and w["environment"]["REDIS_URL"] == "redis://redis:6379/0"
+        ro = {v["target"]: v.get("read_only", False) for v in w["volumes"]}
+        assert ro["/pool/items"] and ro["/pool/frames"] and not ro["/pool/results"]
+    assert svcs["producer"]["command"][:2] == ["pool-enqueue", "--step"] and svcs["producer"]["restart"] == "no"
+    assert "rq-dashboard" not in svcs and "demo" not in svcs  # behind profiles
+    out = _compose("--profile", "demo", "--profile", "dashboard", "config", "--services")
+    assert {"demo", "demo-sim-8b", "demo-sim-2b", "demo-worker-8b", "demo-worker-2b", "rq-dashboard"} <= set(
+        out.stdout.split()
+    )
+
+
+def test_compose_refuses_to_start_without_a_redis_password():
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_PASSWORD"}
+    out = subprocess.run(
+        [str(BIN / "docker-compose"), "-f", str(REPO / "docker-compose.yml"), "config"],
+        capture_output=True, text=True, env=env, timeout=60, cwd=REPO,
+    )  # fmt: skip
+    # this compose build reports the error but exits 0: what matters is that no configuration comes out
+    assert "required variable REDIS_PASSWORD is missing a value: set REDIS_PASSWORD" in out.stdout + out.stderr
+    assert "services:" not in out.stdout
+
+
+def test_split_plans_and_fixed_arguments():
+    s = load_settings(max_seqs=32, gpu_util=0.7, port0=9001)
+    servers = plan_servers(s, None, "3+1", ["0", "1", "2", "3"])
+    assert [(v.model, v.port, v.device) for v in servers] == [
+        ("8b", 9001, "0"), ("8b", 9002, "1"), ("8b", 9003, "2"), ("2b", 9004, "3"),
+    ]  # fmt: skip
+    argv = server_argv(s, P, servers[3], "/snap", sim=False)
+    assert argv[:3] == ["vllm", "serve", "/snap"]
+    assert argv[argv.index("--max-num-seqs") + 1] == "32" and argv[argv.index("--gpu-memory-utilization") + 1] == "0.7"
+    assert json.loads(argv[argv.index("--limit-mm-per-prompt") + 1]) == {"image": 32, "video": 0}
+    assert argv[argv.index("--max-logprobs") + 1] == "20"
+    with pytest.raises(ValueError, match="5 GPUs asked, 4 available"):
+        plan_servers(s, None, "4+1", ["0", "1", "2", "3"])
+    assert [v.device for v in plan_servers(s, 3, None, ["2", "5"])] == ["2", "5"]  # Slurm's CUDA_VISIBLE_DEVICES
+
+
+def test_run_remote_screens_a_pool_with_simulated_servers(pool_root, tmp_path):
+    with Procs(tmp_path / "procs") as procs:
+        redis_url = procs.redis(free_port(), tmp_path / "redis")
+        env = {
+            **os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "2",
+            "PORT0": str(free_port()), "PY": sys.executable,
+        }  # fmt: skip
+        plan = subprocess.run(
+            ["bash", str(REPO / "deploy/run_remote.sh"), "--plan-only"], env={**env, "STEP": "1"},
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert plan.returncode == 0 and "REMAINING_TOTAL=240" in plan.stdout, plan.stderr
+        run = subprocess.run(
+            ["bash", str(REPO / "deploy/run_remote.sh"), "--sim"], env={**env, "STEP": "1"},
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+        assert "REMAINING_TOTAL=0" in run.stdout
+        logs = pool_root / "logs"
+        assert (logs / "vllm_s1_gpu0.log").exists() and (logs / "client_s1_gpu1.log").exists()
+    store = Store(pool_root / "results" / "pool", P.fingerprint)
+    assert store.winners(1).num_rows == 240 and store.winners(2).num_rows > 0  # step 2 chained on the 8B servers
+
+
+def test_launcher_explains_a_server_that_fails_to_start(pool_root, tmp_path):
+    fake = tmp_path / "vllm"
+    fake.write_text(
+        "#!/bin/sh\necho 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB'\nexit 1\n"
+    )
+    fake.chmod(0o755)
+    hub = tmp_path / "hub"
+    for step in (1, 3):
+        spec = P.steps[step]
+        snap = hub / "hub" / f"models--{spec.model.replace('/', '--')}" / "snapshots" / spec.revision
+        snap.mkdir(parents=True)
+        (snap / "config.json").write_text("{}")
+        refs = snap.parent.parent / "refs"
+        refs.mkdir(exist_ok=True)
+    env = {**os.environ, "POOL_ROOT": str(pool_root), "VLLM": str(fake), "HF_HOME": str(hub),
+           "CUDA_VISIBLE_DEVICES": "0", "HF_HUB_OFFLINE": "1"}  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "pool_queue.commands.launch", "--step", "1", "--health-timeout", "30"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert "vllm_s1_gpu0: exited with code 1" in out.stderr and "CUDA out of memory" in out.stderr
+    assert "lower MAX_SEQS" in out.stderr
+
+
+def test_apptainer_definition_installs_the_project_on_the_vllm_image():
+    text = (REPO / "deploy/apptainer/pool.def").read_text()
+    header = dict(line.split(":", 1) for line in text.splitlines()[:2])
+    assert header["Bootstrap"].strip() == "docker" and header["From"].strip().startswith("vllm/vllm-openai:v")
+    sections = {line.split()[0] for line in text.splitlines() if line.startswith("%")}
+    assert {"%files", "%post", "%environment", "%runscript", "%test"} <= sections
+    for line in text.split("%files", 1)[1].split("%post", 1)[0].strip().splitlines():
+        assert (REPO / line.split()[0]).exists(), line  # every file it copies is in the repo
