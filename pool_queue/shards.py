@@ -1,12 +1,14 @@
 """Frame tar shards: verify `frames_manifest.json` (sha256 per shard, n_videos) and extract.
 
 A shard whose checksum differs is refused before anything of it is unpacked; extraction uses
-tarfile's "data" filter, so a member cannot write outside the cache.
+tarfile's "data" filter, so a member cannot write outside the cache. Extracted shards are recorded
+in the cache (`.pool-extracted.json`, by checksum), so an interrupted extraction resumes.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import tarfile
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from pydantic import BaseModel, Field
 from .progress import byte_progress
 
 MANIFEST = "frames_manifest.json"
+DONE = ".pool-extracted.json"
 
 
 class Shard(BaseModel):
@@ -74,11 +77,18 @@ def extract(tar_dir: Path, frames_dir: Path, show: bool = True) -> int:
     """Verify, then unpack every shard into the cache; returns the number of video folders there."""
     m = verify(tar_dir, show=show)
     frames_dir.mkdir(parents=True, exist_ok=True)
-    total = sum((tar_dir / s.file).stat().st_size for s in m.shards)
+    marker = frames_dir / DONE
+    done: set[str] = set(json.loads(marker.read_text())) if marker.is_file() else set()
+    todo = [s for s in m.shards if s.sha256 not in done]
+    total = sum((tar_dir / s.file).stat().st_size for s in todo)
     with byte_progress("extract", total, show) as advance:
-        for s in m.shards:
+        for s in todo:
             with tarfile.open(tar_dir / s.file) as tf:
                 tf.extractall(frames_dir, filter="data")
+            done.add(s.sha256)
+            tmp = marker.with_suffix(".tmp")
+            tmp.write_text(json.dumps(sorted(done)))
+            tmp.replace(marker)
             advance((tar_dir / s.file).stat().st_size)
     n = sum(1 for p in frames_dir.iterdir() if p.is_dir())
     if n != m.n_videos:

@@ -29,6 +29,7 @@ def row(
     n = item["n_options"]
     orders = P.orders(step, item["item_id"], n)[: n_orders or P.steps[step].n_orders]
     m = margin if margin is not None else (2.0 if removed else -1.0)
+
     def picked(o: list[int]) -> str:
         g = o.index(item["gold"])
         return LETTERS[g] if removed else LETTERS[(g + 1) % n]
@@ -83,3 +84,13 @@ def write(root: Path, step: int, rows: list[dict[str, Any]], name: str = "craft"
     w.write(rows)
     w.close()
     return w.path
+
+
+def valid_store(root: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Step 1 for every item (every other one removed); step 2 for the first survivors with frames."""
+    items = items_of(root)
+    write(root, 1, [row(it, 1, removed=i % 2 == 0) for i, it in enumerate(items)])
+    with_frames = {p.name for p in (root / "frames" / "pool_frames").iterdir()}
+    alive = [it for i, it in enumerate(items) if i % 2 and it["video_id"] in with_frames]
+    write(root, 2, [row(it, 2, removed=True) for it in alive[:10]])
+    return items, alive

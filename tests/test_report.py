@@ -6,7 +6,7 @@ import time
 import httpx
 import orjson
 import pytest
-from craft import P, items_of, row, write
+from craft import P, items_of, row, valid_store, write
 from stack import Stack
 
 from pool_queue.audit import run_audit
@@ -20,16 +20,6 @@ from pool_queue.store import Store
 
 def _store(root):
     return Store(root / "results" / "pool", P.fingerprint)
-
-
-def _valid_store(root):
-    """Step 1 for every item (every other one removed); step 2 for the first survivors with frames."""
-    items = items_of(root)
-    write(root, 1, [row(it, 1, removed=i % 2 == 0) for i, it in enumerate(items)])
-    with_frames = {p.name for p in (root / "frames" / "pool_frames").iterdir()}
-    alive = [it for i, it in enumerate(items) if i % 2 and it["video_id"] in with_frames]
-    write(root, 2, [row(it, 2, removed=True) for it in alive[:10]])
-    return items, alive
 
 
 def _audit(root, **kw):
@@ -56,7 +46,7 @@ def test_sanity_flags_each_trigger(pool_root):
 
 
 def test_clean_store_raises_no_flag_and_passes_audit(pool_root):
-    _valid_store(pool_root)
+    valid_store(pool_root)
     assert flags(all_steps(_store(pool_root), load_items(pool_root / "items")), P) == []
     a = _audit(pool_root)
     assert a.problems == [] and a.rows > 240
@@ -73,7 +63,7 @@ def test_chance_floor_under_cyclic_orders():
 
 @pytest.mark.parametrize("corruption", ["duplicate", "fingerprint", "chain", "torn", "garbage", "orders"])
 def test_audit_catches_each_corruption(pool_root, corruption):
-    items, alive = _valid_store(pool_root)
+    items, alive = valid_store(pool_root)
     removed_item = items[0]  # removed at step 1
     if corruption == "duplicate":
         write(pool_root, 1, [row(items[1], 1, removed=True)], name="again")  # step 1 said kept, now removed
@@ -102,7 +92,7 @@ def test_audit_catches_each_corruption(pool_root, corruption):
 
 
 def test_audit_warns_on_repeated_rows_that_agree(pool_root):
-    items, _ = _valid_store(pool_root)
+    items, _ = valid_store(pool_root)
     write(pool_root, 1, [row(items[1], 1, t=2000.0)], name="again")
     a = _audit(pool_root)
     assert a.problems == []

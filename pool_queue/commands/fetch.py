@@ -1,0 +1,53 @@
+"""pool-fetch: get the item table, the frames (sha256-checked, extracted) and the pinned models.
+
+Re-running resumes. Offline: HF_HUB_OFFLINE=1 (or --offline) uses what the hub cache already
+holds; --from DIR reads a folder that holds the dataset repos' files (items/, frames_manifest.json
+and frames_*.tar) and downloads nothing. The token comes from HF_TOKEN and is never printed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+from ..fetch import Hub, fetch_frames, fetch_items, fetch_models
+from ..items import ItemsError
+from ..protocol import Protocol
+from ..shards import ShardError
+from ._cli import fail, parser, settings
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = parser("pool-fetch", __doc__ or "")
+    p.add_argument("--items", action="store_true", help="the item table (into <root>/items)")
+    p.add_argument("--frames", action="store_true", help="the frame shards (into <root>/frames_tar), then extract")
+    p.add_argument("--models", action="store_true", help="both models at their pinned revisions (hub cache)")
+    p.add_argument("--from", dest="source", type=Path, help="a local folder with the datasets' files")
+    p.add_argument("--offline", action="store_true", help="only what the hub cache holds (HF_HUB_OFFLINE=1)")
+    a = p.parse_args(argv)
+    s = settings(a)
+    everything = not (a.items or a.frames or a.models)
+    offline = a.offline or os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+    hub = Hub(token=s.hf_token.get_secret_value() if s.hf_token else None, offline=offline)
+    try:
+        if a.items or everything:
+            n = fetch_items(s.root, hub, a.source)
+            print(f"items: {n:,} valid items in {s.items_dir}")
+        if a.frames or everything:
+            n = fetch_frames(s.root / "frames_tar", s.frames_dir, hub, a.source)
+            print(f"frames: {n:,} video folders in {s.frames_dir} (n_videos matches the manifest)")
+        if a.models or everything:  # models always come through the hub cache (pre-fill it to run offline)
+            for name, path in fetch_models(Protocol.load(s.protocol_file), hub).items():
+                print(f"model {name}: {path}")
+    except (ItemsError, ShardError) as e:
+        fail(str(e))
+    except LocalEntryNotFoundError as e:
+        fail(f"not in the local cache and the hub is not reachable or offline mode is on: {e}")
+    except HfHubHTTPError as e:
+        fail(f"hub refused: {e}")
+
+
+if __name__ == "__main__":
+    main()

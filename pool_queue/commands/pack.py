@@ -1,0 +1,51 @@
+"""pool-pack: audit the results root, then write pool_returns_<host>_<date>.tar.gz and its .sha256.
+
+The tarball holds results/pool/step1..3 and logs/ (the run package's section 8), including the
+audit's findings as logs/pool_audit.txt. A results root with audit problems is not packed unless
+--force (then the problems travel in that file). Default destination: the folder that holds
+results/ (the package root).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..audit import run_audit
+from ..items import ItemsError, load_items
+from ..pack import pack, pack_name
+from ..protocol import Protocol
+from ._cli import fail, parser, settings
+from .audit import summary
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = parser("pool-pack", __doc__ or "")
+    p.add_argument("--out", type=Path, help="where the tarball goes (default: the folder holding results/)")
+    p.add_argument("--name", help="file name stem (default pool_returns_<host>_<YYYYMMDD>)")
+    p.add_argument("--force", action="store_true", help="pack even if the audit finds problems")
+    a = p.parse_args(argv)
+    s = settings(a)
+    if not s.results_dir.is_dir():
+        fail(f"results root {s.results_dir} does not exist")
+    try:
+        items = load_items(s.items_dir)
+    except ItemsError as e:
+        fail(str(e))
+    found = run_audit(s.results_dir, Protocol.load(s.protocol_file), items, s.frames_dir)
+    text = summary(found)
+    print(text)
+    if found.problems and not a.force:
+        fail("the audit found problems (above): fix them, or pack anyway with --force", code=1)
+    s.logs_dir.mkdir(parents=True, exist_ok=True)
+    (s.logs_dir / "pool_audit.txt").write_text(text + "\n")
+    out = a.out or s.results_dir.resolve().parent.parent
+    try:
+        tar_path, sha_path = pack(s.results_dir, s.logs_dir, out, a.name or pack_name())
+    except (FileNotFoundError, PermissionError) as e:
+        fail(str(e))
+    print(f"packed {tar_path} ({tar_path.stat().st_size / 1e6:,.1f} MB)\nchecksum {sha_path}")
+    print(f"send it: pool-upload {tar_path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""The return tarball of the run package (section 8): results/pool/step1..3 and logs, plus its sha256.
+
+Members keep the run package's names (`results/pool/stepN/...`, `logs/...`) wherever the results
+root really lives, so the receiving side unpacks the layout it knows. The store's rebuildable
+indexes are left out. The tarball is written under a temporary name and renamed when complete, so
+a crash never leaves a file that looks finished; the `.sha256` line is `sha256sum` format.
+"""
+
+from __future__ import annotations
+
+import socket
+import tarfile
+from datetime import date
+from pathlib import Path
+
+from .progress import byte_progress
+from .shards import sha256_file
+from .store import INDEX_DIR
+
+STEP_DIRS = ("step1", "step2", "step3")
+
+
+def pack_name(host: str | None = None, day: date | None = None) -> str:
+    return f"pool_returns_{host or socket.gethostname()}_{(day or date.today()):%Y%m%d}"
+
+
+def _members(results: Path, logs: Path) -> list[tuple[Path, str]]:
+    out = []
+    for step in STEP_DIRS:
+        for p in sorted((results / step).rglob("*")) if (results / step).is_dir() else []:
+            rel = p.relative_to(results / step)
+            if p.is_file() and INDEX_DIR not in rel.parts:
+                out.append((p, f"results/pool/{step}/{rel}"))
+    for p in sorted(logs.rglob("*")) if logs.is_dir() else []:
+        if p.is_file():
+            out.append((p, f"logs/{p.relative_to(logs)}"))
+    return out
+
+
+def pack(results: Path, logs: Path, out_dir: Path, name: str, show: bool = True) -> tuple[Path, Path]:
+    """Write `<name>.tar.gz` and `<name>.sha256` into out_dir; returns both paths."""
+    members = _members(results, logs)
+    if not any(arc.startswith("results/") for _, arc in members):
+        raise FileNotFoundError(f"no step rows under {results}: nothing to pack")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tar_path, sha_path = out_dir / f"{name}.tar.gz", out_dir / f"{name}.sha256"
+    partial = tar_path.with_name(tar_path.name + ".partial")
+    total = sum(p.stat().st_size for p, _ in members)
+    with byte_progress("pack", total, show) as advance, tarfile.open(partial, "w:gz", compresslevel=6) as tf:
+        for path, arc in members:
+            tf.add(path, arcname=arc, recursive=False)
+            advance(path.stat().st_size)
+    partial.replace(tar_path)
+    sha_path.write_text(f"{sha256_file(tar_path)}  {tar_path.name}\n")
+    return tar_path, sha_path
+
+
+def check_sha(tar_path: Path, sha_path: Path) -> None:
+    """Raise ValueError when the tarball does not match its .sha256 line (changed or torn since packing)."""
+    want, _, fname = sha_path.read_text().strip().partition("  ")
+    if fname != tar_path.name:
+        raise ValueError(f"{sha_path} is for {fname!r}, not {tar_path.name}")
+    if sha256_file(tar_path) != want:
+        raise ValueError(f"{tar_path.name} does not match {sha_path.name}: pack again")
