@@ -6,9 +6,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from redis import Redis
+from redis.exceptions import AuthenticationError
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from pool_queue.launch import Server, plan_servers, server_argv
 from pool_queue.procs import Procs, free_port
@@ -61,10 +65,8 @@ def test_compose_vllm_services_use_the_launchers_arguments(compose):
 
 def test_compose_redis_workers_producer_and_profiles(compose):
     svcs = compose["services"]
-    redis = svcs["redis"]
-    assert "--appendonly" in redis["command"] and "yes" in redis["command"]
-    assert redis["command"][redis["command"].index("--requirepass") + 1] == "s3cret"
-    assert redis["ports"][0]["host_ip"] == "127.0.0.1"
+    assert svcs["redis"]["ports"][0]["host_ip"] == "127.0.0.1"
+    assert "s3cret" not in " ".join(svcs["redis"]["command"])  # read from the environment inside
     for i in range(4):
         w = svcs[f"worker-gpu{i}"]
         assert w["command"][w["command"].index("--server") + 1] == f"http://vllm-gpu{i}:8000"
@@ -72,11 +74,44 @@ def test_compose_redis_workers_producer_and_profiles(compose):
         ro = {v["target"]: v.get("read_only", False) for v in w["volumes"]}
         assert ro["/pool/items"] and ro["/pool/frames"] and not ro["/pool/results"]
     assert svcs["producer"]["command"][:2] == ["pool-enqueue", "--step"] and svcs["producer"]["restart"] == "no"
-    assert "rq-dashboard" not in svcs and "demo" not in svcs  # behind profiles
-    out = _compose("--profile", "demo", "--profile", "dashboard", "config", "--services")
-    assert {"demo", "demo-sim-8b", "demo-sim-2b", "demo-worker-8b", "demo-worker-2b", "rq-dashboard"} <= set(
-        out.stdout.split()
+    assert not {"rq-dashboard", "prometheus", "demo"} & set(svcs)  # behind profiles
+    out = _compose("--profile", "demo", "--profile", "dashboard", "--profile", "metrics", "config", "--services")
+    assert {
+        "demo",
+        "demo-sim-8b",
+        "demo-sim-2b",
+        "demo-worker-8b",
+        "demo-worker-2b",
+        "rq-dashboard",
+        "prometheus",
+    } <= set(out.stdout.split())
+    scraped = (REPO / "deploy" / "prometheus.yml").read_text()
+    assert all(f"worker-gpu{i}:9100" in scraped and f"vllm-gpu{i}:8000" in scraped for i in range(4))
+
+
+def test_compose_redis_command_runs_with_aof_and_password(compose, tmp_path):
+    """The Redis service's own command line, run here against the real redis-server."""
+    sh = compose["services"]["redis"]["command"]
+    port = free_port()
+    script = f"cd {tmp_path}; " + sh[2].replace("$$", "$").replace("/tmp/redis.conf", str(tmp_path / "redis.conf"))
+    script = script.replace(
+        "exec redis-server " + str(tmp_path / "redis.conf"), f"exec redis-server {tmp_path}/redis.conf --port {port}"
     )
+    with Procs(tmp_path / "logs") as procs:
+        procs.start("redis", [*sh[:2], script], env={"REDIS_PASSWORD": "s3cret"})
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                assert Redis(port=port, password="s3cret").ping()
+                break
+            except RedisConnectionError:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        with pytest.raises(AuthenticationError):
+            Redis(port=port).set("k", "v")
+        Redis(port=port, password="s3cret").set("k", "v")
+    assert (tmp_path / "redis.conf").stat().st_mode & 0o077 == 0
+    assert any((tmp_path / "appendonlydir").iterdir())  # the append-only file is on
 
 
 def test_compose_refuses_to_start_without_a_redis_password():
