@@ -85,6 +85,13 @@ def test_compose_redis_workers_producer_and_profiles(compose):
         "rq-dashboard",
         "prometheus",
     } <= set(out.stdout.split())
+    tools = _compose("--profile", "tools", "config", "--format", "json")
+    t = json.loads(tools.stdout)["services"]["tools"]
+    assert {v["target"]: v.get("read_only", False) for v in t["volumes"]} == {
+        "/pool": False,
+        "/root/.cache/huggingface": False,
+    }
+    assert t["environment"]["HF_HOME"] == "/root/.cache/huggingface"  # where the vLLM services read the models
     scraped = (REPO / "deploy" / "prometheus.yml").read_text()
     assert all(f"worker-gpu{i}:9100" in scraped and f"vllm-gpu{i}:8000" in scraped for i in range(4))
 
