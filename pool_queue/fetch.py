@@ -9,6 +9,7 @@ folder is only read.
 
 from __future__ import annotations
 
+import filecmp
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +50,7 @@ def fetch_items(root: Path, hub: Hub, source: Path | None = None) -> int:
         (root / "items").mkdir(parents=True, exist_ok=True)
         for f in files:
             dest = root / "items" / f.name
-            if not dest.exists() or dest.stat().st_size != f.stat().st_size:
+            if not dest.exists() or not filecmp.cmp(f, dest, shallow=False):
                 shutil.copyfile(f, dest)
     return len(load_items(root / "items").items)
 

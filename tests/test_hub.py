@@ -73,6 +73,13 @@ def test_fetch_everything_then_resume_then_offline(hub, small_root, tmp_path):
     again = fetch(root, hub.url, home)
     assert again.returncode == 0, again.stderr
     assert not [r for r in hub.requests if r.startswith("GET") and "/resolve/" in r]
+    lost = sorted((root / "frames_tar").glob("frames_*.tar"))[0]
+    lost.unlink()  # an interrupted fetch: only what is missing comes again
+    hub.requests.clear()
+    assert fetch(root, hub.url, home, "--frames").returncode == 0
+    assert [r for r in hub.requests if r.startswith("GET") and "/resolve/" in r] == [
+        f"GET /datasets/{FRAMES_REPO}/resolve/{hub.repos[('dataset', FRAMES_REPO)].commit}/{lost.name}"
+    ]
 
     models = fetch(tmp_path / "other", "http://127.0.0.1:9", home, "--models", offline=True)  # no hub at all
     assert models.returncode == 0, models.stderr
