@@ -2,7 +2,8 @@
 
 A shard whose checksum differs is refused before anything of it is unpacked; extraction uses
 tarfile's "data" filter, so a member cannot write outside the cache. Extracted shards are recorded
-in the cache (`.pool-extracted.json`, by checksum), so an interrupted extraction resumes.
+beside the cache (`.<cache name>.extracted.json`, by checksum; the cache itself holds only video
+folders), so an interrupted extraction resumes.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from pydantic import BaseModel, Field
 from .progress import byte_progress
 
 MANIFEST = "frames_manifest.json"
-DONE = ".pool-extracted.json"
 
 
 class Shard(BaseModel):
@@ -77,7 +77,7 @@ def extract(tar_dir: Path, frames_dir: Path, show: bool = True) -> int:
     """Verify, then unpack every shard into the cache; returns the number of video folders there."""
     m = verify(tar_dir, show=show)
     frames_dir.mkdir(parents=True, exist_ok=True)
-    marker = frames_dir / DONE
+    marker = frames_dir.parent / f".{frames_dir.name}.extracted.json"
     done: set[str] = set(json.loads(marker.read_text())) if marker.is_file() else set()
     todo = [s for s in m.shards if s.sha256 not in done]
     total = sum((tar_dir / s.file).stat().st_size for s in todo)
@@ -91,6 +91,9 @@ def extract(tar_dir: Path, frames_dir: Path, show: bool = True) -> int:
             tmp.replace(marker)
             advance((tar_dir / s.file).stat().st_size)
     n = sum(1 for p in frames_dir.iterdir() if p.is_dir())
+    if n != m.n_videos and len(todo) < len(m.shards):  # folders went missing since: unpack all again
+        marker.unlink()
+        return extract(tar_dir, frames_dir, show)
     if n != m.n_videos:
         raise ShardError(f"{frames_dir} holds {n} video folders, manifest says n_videos={m.n_videos}")
     return n
