@@ -1,0 +1,216 @@
+"""End-to-end throughput of one step against one server, next to the ceiling a plain client reaches.
+
+1. Ceiling: P plain processes (asyncio + httpx, no queue, no store) send the protocol's own request
+   bodies for a set of items (frames prepared the workers' way, before the clock starts), C in
+   flight each, the orders of one item adjacent.
+2. System: Redis + `pool-enqueue`-style chunk jobs for *other* items (no prefix-cache help from
+   step 1), W pool-worker processes (--burst), clock from the first row started to the last row on
+   disk. Forwards/s, prompt tokens/s, % of the ceiling, worker CPU ms per forward, GPU busy
+   (nvidia-smi utilization, sampled every 0.5 s, when there is one).
+Steps 2 and 3 take items straight onto their queue (the benchmark skips the earlier steps' work).
+Usage: python benchmarks/throughput.py --step 1 --server http://127.0.0.1:8000 [--items 20000]
+       python benchmarks/throughput.py --step 1 --sim        # a simulated server, anywhere
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+from redis import Redis
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _util import table
+
+from pool_queue.frames import FrameEncoder, list_frames, video_dir
+from pool_queue.items import load_items
+from pool_queue.procs import Procs, free_port, wait_health
+from pool_queue.protocol import Protocol
+from pool_queue.queue import enqueue_chunks
+from pool_queue.store import Store
+from pool_queue.synth import SynthConfig, generate
+
+P = Protocol()
+
+
+def _bodies(root: Path, step: int, items: list[dict[str, Any]]) -> list[bytes]:
+    enc, frames_dir = FrameEncoder(P.image_long_side, P.jpeg_quality), root / "frames" / "pool_frames"
+    out = []
+    for it in items:
+        urls: list[str] = []
+        if P.steps[step].frames != "none":
+            d = video_dir(frames_dir, it["video_id"])
+            frames = list_frames(d) if d else []
+            urls = [enc.data_url(frames[i]) for i in P.frame_indices(step, len(frames))]
+        for o in P.orders(step, it["item_id"], len(it["options"])):
+            out.append(orjson.dumps(P.request_body(step, it["question"], [it["options"][i] for i in o], urls)))
+    return out
+
+
+def _plain_client(args: tuple[str, Path, int, list[dict[str, Any]], int, Any]) -> tuple[int, int, int, float, float]:
+    url, root, step, items, conc, start = args
+    bodies = _bodies(root, step, items)
+
+    async def go() -> tuple[int, int, int, float, float]:
+        ok = err = tokens = 0
+        sem = asyncio.Semaphore(conc)
+        limits = httpx.Limits(max_connections=conc, max_keepalive_connections=conc)
+        async with httpx.AsyncClient(base_url=url, timeout=900, limits=limits) as c:
+
+            async def one(b: bytes) -> None:
+                nonlocal ok, err, tokens
+                async with sem:
+                    r = await c.post("/v1/chat/completions", content=b, headers={"Content-Type": "application/json"})
+                if r.status_code == 200:
+                    ok += 1
+                    tokens += r.json()["usage"]["prompt_tokens"]
+                else:
+                    err += 1
+
+            start.wait()  # every process has built its bodies (a barrier with the parent): start together
+            t0 = time.time()
+            await asyncio.gather(*(one(b) for b in bodies))
+            return ok, err, tokens, t0, time.time()
+
+    return asyncio.run(go())
+
+
+def ceiling(url: str, root: Path, step: int, items: list[dict[str, Any]], procs: int, conc: int) -> dict[str, float]:
+    with mp.Manager() as m:
+        start = m.Barrier(procs + 1)
+        shares = [(url, root, step, items[i::procs], conc, start) for i in range(procs)]
+        with mp.Pool(procs) as pool:
+            res = pool.map_async(_plain_client, shares)
+            start.wait()
+            got = res.get()
+    ok, err = sum(r[0] for r in got), sum(r[1] for r in got)
+    wall = max(r[4] for r in got) - min(r[3] for r in got)
+    return {"forwards": ok, "errors": err, "fwd_s": ok / wall, "tok_s": sum(r[2] for r in got) / wall, "wall": wall}
+
+
+class GpuSampler(threading.Thread):
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.samples: list[tuple[float, float]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        if not shutil.which("nvidia-smi"):
+            return
+        while not self.stop.is_set():
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", "-i", "0"],
+                capture_output=True, text=True, check=False,
+            ).stdout.strip()  # fmt: skip
+            if out:
+                self.samples.append((time.time(), float(out.splitlines()[0])))
+            time.sleep(0.5)
+
+    def busy(self, t0: float, t1: float) -> float | None:
+        vals = [v for t, v in self.samples if t0 <= t <= t1]
+        return sum(vals) / len(vals) if vals else None
+
+
+def system(
+    url: str, root: Path, step: int, ids: list[str], workers: int, inflight: int, procs: Procs, gpu: GpuSampler
+) -> dict[str, float]:
+    redis_url = procs.redis(free_port(), root.parent / "redis")
+    results = root / "results" / f"bench-step{step}-{int(time.time())}"
+    common = ["--root", str(root), "--results", str(results), "--redis-url", redis_url]
+    enqueue_chunks(Redis.from_url(redis_url), step, ids, 64)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    argv = [sys.executable, "-m", "workers.main", "--server", url, "--steps", str(step), "--burst"]
+    argv += ["--inflight", str(inflight), *common]
+    ws = [procs.start(f"bench-w{i}", [*argv, "--name", f"bench-w{i}"]) for i in range(workers)]
+    for w in ws:
+        w.wait()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    rows = Store(results, P.fingerprint).winners(step)
+    starts, ends = rows.column("started_at").to_pylist(), rows.column("finished_at").to_pylist()
+    fwd, tokens, errors = 0, 0, 0
+    for seg in Store(results, P.fingerprint).segments(step):
+        for line in seg.read_bytes().splitlines():
+            r = orjson.loads(line)
+            if r["status"] != "ok":
+                errors += 1
+                continue
+            fwd += len(r["forwards"])
+            tokens += sum(f["prompt_tokens"] for f in r["forwards"])
+    t0, t1 = min(starts), max(ends)
+    return {
+        "items": rows.num_rows, "forwards": fwd, "errors": errors, "fwd_s": fwd / (t1 - t0),
+        "tok_s": tokens / (t1 - t0), "wall": t1 - t0, "cpu_ms_per_fwd": 1000 * cpu / max(fwd, 1),
+        "gpu_busy": gpu.busy(t0, t1) or -1.0,
+    }  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--step", type=int, choices=(1, 2, 3), required=True)
+    ap.add_argument("--server", help="a running vLLM (or simulator) base URL")
+    ap.add_argument("--sim", action="store_true", help="start a simulated server with the capacity model")
+    ap.add_argument("--items", type=int, default=20000, help="items the system screens")
+    ap.add_argument("--ceiling-items", type=int, default=3000, help="other items for the plain client")
+    ap.add_argument("--procs", type=int, default=8, help="plain-client processes")
+    ap.add_argument("--conc", type=int, default=64, help="requests in flight per plain-client process")
+    ap.add_argument("--workers", type=int, default=4, help="pool-worker processes")
+    ap.add_argument("--inflight", type=int, default=128, help="forwards in flight per worker")
+    ap.add_argument("--root", type=Path, help="package root (a synthetic pool is generated if absent)")
+    ap.add_argument("--out", type=Path, help="append a JSON line with the numbers and settings")
+    a = ap.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="pool-bench-"))
+    root = a.root or base / "root"
+    if not (root / "items").exists():
+        n = a.items + a.ceiling_items
+        generate(root, SynthConfig(n_items=n, n_videos=max(50, n // 10), seed=7, k_fraction=0.0,
+                                   missing_fraction=0.0, frames=(32, 64), shard_videos=1000))  # fmt: skip
+    items = load_items(root / "items").items.to_pylist()
+    if len(items) < a.items + a.ceiling_items:
+        raise SystemExit(f"{root} has {len(items)} valid items, {a.items + a.ceiling_items} needed")
+    ceiling_items, system_ids = items[: a.ceiling_items], [it["item_id"] for it in items[a.ceiling_items :]][: a.items]
+    with Procs(base / "logs") as procs:
+        url = a.server
+        if a.sim:
+            profile = "qwen3-vl-2b" if a.step == 3 else "qwen3-vl-8b"
+            url = procs.sim("sim", free_port(), "--profile", profile, "--max-num-seqs", "256")
+        assert url, "give --server URL or --sim"
+        wait_health(url, 600)
+        gpu = GpuSampler()
+        gpu.start()
+        t_c = time.time()
+        ceil = ceiling(url, root, a.step, ceiling_items, a.procs, a.conc)
+        ceil["gpu_busy"] = gpu.busy(t_c, time.time()) or -1.0
+        sys_ = system(url, root, a.step, system_ids, a.workers, a.inflight, procs, gpu)
+        gpu.stop.set()
+    pct = 100 * sys_["fwd_s"] / ceil["fwd_s"]
+    print(f"step {a.step} against {url}: plain client {a.procs} x {a.conc}, system {a.workers} x {a.inflight}")
+    print(table(
+        ["run", "forwards", "errors", "wall s", "fwd/s", "prompt tok/s", "GPU busy %", "CPU ms/fwd", "% of ceiling"],
+        [["plain client", ceil["forwards"], ceil["errors"], ceil["wall"], ceil["fwd_s"], ceil["tok_s"],
+          ceil["gpu_busy"], "-", 100.0],
+         ["pool-queue", sys_["forwards"], sys_["errors"], sys_["wall"], sys_["fwd_s"], sys_["tok_s"],
+          sys_["gpu_busy"], sys_["cpu_ms_per_fwd"], pct]],
+    ))  # fmt: skip
+    if a.out:
+        rec = {"step": a.step, "server": url, "ceiling": ceil, "system": sys_, "pct_of_ceiling": pct,
+               "settings": {k: v for k, v in vars(a).items() if k not in ("root", "out")}}  # fmt: skip
+        with a.out.open("a") as f:
+            f.write(json.dumps(rec, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()
