@@ -34,17 +34,17 @@ class Hub:
     offline: bool = False
 
 
+def _dataset(repo: str, local_dir: Path, patterns: list[str], hub: Hub) -> None:
+    snapshot_download(
+        repo, repo_type="dataset", local_dir=local_dir, allow_patterns=patterns, token=hub.token,
+        local_files_only=hub.offline,
+    )  # fmt: skip
+
+
 def fetch_items(root: Path, hub: Hub, source: Path | None = None) -> int:
     """Item files into `<root>/items`; returns the number of valid items (the table is checked here)."""
     if source is None:
-        snapshot_download(
-            ITEMS_REPO,
-            repo_type="dataset",
-            local_dir=root,
-            allow_patterns=ITEM_PATTERNS,
-            token=hub.token,
-            local_files_only=hub.offline,
-        )
+        _dataset(ITEMS_REPO, root, ITEM_PATTERNS, hub)
     else:
         files = item_files(source / "items")
         (root / "items").mkdir(parents=True, exist_ok=True)
@@ -58,14 +58,7 @@ def fetch_items(root: Path, hub: Hub, source: Path | None = None) -> int:
 def fetch_frames(tar_dir: Path, frames_dir: Path, hub: Hub, source: Path | None = None) -> int:
     """Shards into `tar_dir` (or read from `source`), sha256-verified, extracted; returns n_videos."""
     if source is None:
-        snapshot_download(
-            FRAMES_REPO,
-            repo_type="dataset",
-            local_dir=tar_dir,
-            allow_patterns=FRAME_PATTERNS,
-            token=hub.token,
-            local_files_only=hub.offline,
-        )
+        _dataset(FRAMES_REPO, tar_dir, FRAME_PATTERNS, hub)
     return extract(source or tar_dir, frames_dir)
 
 

@@ -54,15 +54,18 @@ def wait_port(port: int, timeout: float, proc: subprocess.Popen[bytes] | None = 
     raise TimeoutError(f"nothing listens on port {port} after {timeout:.0f} s")
 
 
-def wait_health(url: str, timeout: float) -> None:
+def wait_health(url: str, timeout: float, proc: subprocess.Popen[bytes] | None = None, poll_s: float = 0.1) -> None:
+    """Until `url`/health answers 200; ChildProcessError as soon as `proc` (the server) has exited."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise ChildProcessError(f"exited with code {proc.returncode}")
         try:
             if httpx.get(f"{url}/health", timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
-        time.sleep(0.1)
+        time.sleep(poll_s)
     raise TimeoutError(f"{url}/health did not answer 200 within {timeout:.0f} s")
 
 

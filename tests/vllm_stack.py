@@ -9,13 +9,11 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
-from pool_queue.procs import Procs, free_port
+from pool_queue.procs import Procs, free_port, wait_health
 from pool_queue.protocol import Protocol
 
 HERE = Path(__file__).parent / "realvllm"
@@ -85,14 +83,7 @@ def start(procs: Procs, name: str, py: Path, snapshot: Path, step: int, cache: P
 
 
 def wait_ready(procs: Procs, name: str, url: str, timeout: float = START_TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if procs.children[name].poll() is not None:
-            raise RuntimeError(f"{name} exited: {(procs.log_dir / (name + '.log')).read_text()[-4000:]}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise TimeoutError(f"{name}: no /health within {timeout:.0f} s")
+    try:
+        wait_health(url, timeout, procs.children[name], poll_s=1.0)
+    except ChildProcessError as e:
+        raise RuntimeError(f"{name} {e}: {(procs.log_dir / (name + '.log')).read_text()[-4000:]}") from e

@@ -13,6 +13,7 @@ import sys
 from ..audit import Audit, Finding, run_audit
 from ..items import ItemsError, load_items
 from ..protocol import Protocol
+from ..settings import Settings
 from ._cli import fail, parser, settings
 
 
@@ -31,17 +32,21 @@ def summary(a: Audit) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = parser("pool-audit", __doc__ or "")
-    p.add_argument("--complete", action="store_true", help="an unfinished step is a problem, not a warning")
-    a = p.parse_args(argv)
-    s = settings(a)
+def audit_results(s: Settings, complete: bool = False) -> Audit:
+    """The audit of the results root the settings name (exits with the reason when there is none)."""
     if not s.results_dir.is_dir():
         fail(f"results root {s.results_dir} does not exist")
     try:
         items = load_items(s.items_dir)
     except ItemsError as e:
         fail(str(e))
-    result = run_audit(s.results_dir, Protocol.load(s.protocol_file), items, s.frames_dir, complete=a.complete)
+    return run_audit(s.results_dir, Protocol.load(s.protocol_file), items, s.frames_dir, complete=complete)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = parser("pool-audit", __doc__ or "")
+    p.add_argument("--complete", action="store_true", help="an unfinished step is a problem, not a warning")
+    a = p.parse_args(argv)
+    result = audit_results(settings(a), complete=a.complete)
     print(summary(result))
     sys.exit(1 if result.problems else 0)

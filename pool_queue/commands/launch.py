@@ -17,11 +17,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
 from redis import Redis
 
 from ..launch import Server, devices, log_name, plan_servers, server_argv, server_env, snapshot, steps_of
-from ..procs import Procs
+from ..procs import Procs, wait_health
 from ..protocol import Protocol
 from ..queue import busy
 from . import enqueue
@@ -32,18 +31,11 @@ OOM_HINTS = ("out of memory", "CUDA error: out of memory", "OutOfMemoryError", "
 
 def _wait_healthy(procs: Procs, name: str, srv: Server, timeout: float) -> str | None:
     """None when /health answers 200; else why not."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        proc = procs.children[name]
-        if proc.poll() is not None:
-            return f"exited with code {proc.returncode}"
-        try:
-            if httpx.get(f"{srv.url}/health", timeout=2).status_code == 200:
-                return None
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    return f"no /health answer within {timeout:.0f} s"
+    try:
+        wait_health(srv.url, timeout, procs.children[name], poll_s=1.0)
+    except (ChildProcessError, TimeoutError) as e:
+        return str(e)
+    return None
 
 
 def _explain(log: Path, why: str) -> str:

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..audit import run_audit
-from ..items import ItemsError, load_items
 from ..pack import pack, pack_name
-from ..protocol import Protocol
 from ._cli import fail, parser, settings
-from .audit import summary
+from .audit import audit_results, summary
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -25,13 +22,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--force", action="store_true", help="pack even if the audit finds problems")
     a = p.parse_args(argv)
     s = settings(a)
-    if not s.results_dir.is_dir():
-        fail(f"results root {s.results_dir} does not exist")
-    try:
-        items = load_items(s.items_dir)
-    except ItemsError as e:
-        fail(str(e))
-    found = run_audit(s.results_dir, Protocol.load(s.protocol_file), items, s.frames_dir)
+    found = audit_results(s)
     text = summary(found)
     print(text)
     if found.problems and not a.force:
