@@ -7,7 +7,7 @@
 #   bash benchmarks/h200.sh deps                    # .whl/ into /tmp/ours
 #   bash benchmarks/h200.sh install                 # the vLLM bundle into /tmp/site, models into /root/models
 #   GPU_UTIL=0.5 MAX_SEQS=256 bash benchmarks/h200.sh serve 8b 8001    # background; log /root/vllm-8b.log
-#   bash benchmarks/h200.sh wait 8001 600
+#   bash benchmarks/h200.sh wait 8b 8001 600     # stops at once, with the log tail, if the server died
 #   bash benchmarks/h200.sh bench 1 8001 --items 20000 --out results.jsonl
 set -euo pipefail
 cmd=${1:?deps|install|serve|stop|wait|bench}; shift
@@ -37,8 +37,9 @@ case "$cmd" in
     while pgrep -s "$pid" >/dev/null; do sleep 1; done
     echo "stopped $size" ;;
   wait)
-    port=$1 limit=$2 t0=$SECONDS
+    size=$1 port=$2 limit=$3 t0=$SECONDS pid=$(cat "/root/vllm-$1.pid")
     until python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$port/health', timeout=3)" 2>/dev/null; do
+      kill -0 "$pid" 2>/dev/null || { tail -n 30 "/root/vllm-$size.log"; echo "the $size server exited"; exit 1; }
       [ $((SECONDS - t0)) -lt "$limit" ] || { echo "not healthy after $limit s"; exit 1; }
       sleep 3
     done
