@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -35,12 +37,17 @@ def servers(tmp_path_factory):
     base = tmp_path_factory.mktemp("vllm")
     with Procs(base / "logs") as procs:
         urls = {s: start(procs, f"vllm-s{s}", py, snaps[s], s, base) for s in (1, 3)}
+
+        def restart(s: int) -> None:  # the same server again, on its port
+            start(procs, f"vllm-s{s}", py, snaps[s], s, base, port=int(urls[s].rsplit(":", 1)[1]))
+            wait_ready(procs, f"vllm-s{s}", urls[s])
+
         with ThreadPoolExecutor(2) as ex:
             list(ex.map(lambda s: wait_ready(procs, f"vllm-s{s}", urls[s]), urls))
         for s, url in urls.items():  # the first request of a fresh server is slow (lazy init): not measured
             body = P.request_body(s, "Warm up?", ["yes", "no"], [jpeg_url()] if s == 3 else [])
             assert _post(url, body).status_code == 200
-        yield {1: urls[1], 2: urls[1], 3: urls[3]}, procs
+        yield {1: urls[1], 2: urls[1], 3: urls[3]}, procs, restart
 
 
 def _post(url: str, body: dict[str, Any]) -> httpx.Response:
@@ -53,7 +60,7 @@ def _post(url: str, body: dict[str, Any]) -> httpx.Response:
 
 
 def test_worker_screens_three_steps_end_to_end(servers, tmp_path):
-    urls, _ = servers
+    urls, *_ = servers
     root = tmp_path / "root"
     generate(root, SynthConfig(n_items=14, n_videos=6, seed=5, frames=(20, 40), shard_videos=6))
     with Procs(tmp_path / "logs") as procs:
@@ -123,7 +130,7 @@ def video33(tmp_path) -> Path:
 
 
 def test_limits_come_back_as_permanent_error_rows(servers, video33):
-    urls, _ = servers
+    urls, *_ = servers
     item = Item("it-1", "B", "v33", "What happens in the video?", ["a dog runs", "a cat sleeps", "rain"], 1)
     ok = _screen(urls[3], P, 3, item, video33)
     assert ok.status == "ok" and len(ok.frame_indices) == 32 and ok.forwards[0].prompt_tokens > 32 * 100
@@ -143,7 +150,7 @@ def test_limits_come_back_as_permanent_error_rows(servers, video33):
 
 
 def test_simulator_answers_with_the_real_servers_structure(servers, tmp_path, video33):
-    urls, _ = servers
+    urls, *_ = servers
     with Procs(tmp_path / "logs") as procs:
         sims = {
             1: procs.sim("sim8", free_port(), "--profile", "qwen3-vl-8b", "--max-model-len", "4096"),
@@ -184,7 +191,7 @@ def test_recorded_responses_still_match_the_server(servers):
     """The repo keeps one real response per step; the live server must still answer in that shape.
 
     POOL_RECORD=1 rewrites them from this server (after a vLLM upgrade)."""
-    urls, _ = servers
+    urls, *_ = servers
     version = httpx.get(f"{urls[1]}/version").json()["version"]
     for step in (1, 2, 3):
         live = _post(urls[step], recorded.request(step))
@@ -194,3 +201,29 @@ def test_recorded_responses_still_match_the_server(servers):
         rec = recorded.load(step)
         assert shape(live.json()) == shape(rec["response"]), f"step {step}: vLLM {version} vs {rec['vllm_version']}"
         assert live.json()["usage"]["prompt_tokens"] == rec["response"]["usage"]["prompt_tokens"]
+
+
+def test_a_server_killed_mid_run_and_restarted_charges_no_item(servers, tmp_path):
+    """The failure drill of a multi-GPU screen, on the CPU: the real 8B server is SIGKILLed (its whole
+    process group) while a worker screens, then started again on its port; the worker waits out the
+    outage and every item ends with one ok row."""
+    urls, procs, restart = servers
+    root = tmp_path / "root"
+    generate(root, SynthConfig(n_items=150, n_videos=20, seed=9, frames=(8, 9), shard_videos=20))
+    with Procs(tmp_path / "logs") as wprocs:
+        stack = Stack(root, wprocs)
+        stack.enqueue(1)
+        stack.worker("w", urls[1], "--burst", "--inflight", "8", "--steps", "1")
+        deadline = time.monotonic() + 300
+        while stack.raw_count(1) < 10:
+            assert time.monotonic() < deadline, stack.log("w")
+            time.sleep(0.2)
+        procs.stop("vllm-s1", signal.SIGKILL)
+        killed_at = stack.raw_count(1)
+        restart(1)
+        stack.wait_workers(["w"], timeout=900)
+        log = stack.log("w", tail=100_000)
+        assert "is down (/health fails): waiting for it" in log and " is back after " in log
+    rows = stack.winners(1)
+    assert killed_at < 150 and len(rows) == 150 == stack.raw_count(1)  # none lost, none repeated
+    assert all(r["status"] == "ok" and r["n_perm"] == 4 for r in rows.values())

@@ -65,8 +65,8 @@ def model_snapshots(py: Path) -> dict[int, Path]:
     return {1: paths[0], 2: paths[0], 3: paths[1]}
 
 
-def start(procs: Procs, name: str, py: Path, snapshot: Path, step: int, cache: Path) -> str:
-    port = free_port()
+def start(procs: Procs, name: str, py: Path, snapshot: Path, step: int, cache: Path, port: int | None = None) -> str:
+    port = port or free_port()
     argv = [
         str(py), "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(snapshot),
