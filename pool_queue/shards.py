@@ -80,9 +80,19 @@ def extract(tar_dir: Path, frames_dir: Path, show: bool = True) -> int:
     marker = frames_dir.parent / f".{frames_dir.name}.extracted.json"
     done: set[str] = set(json.loads(marker.read_text())) if marker.is_file() else set()
     todo = [s for s in m.shards if s.sha256 not in done]
-    total = sum((tar_dir / s.file).stat().st_size for s in todo)
-    with byte_progress("extract", total, show) as advance:
-        for s in todo:
+    n = _unpack(tar_dir, frames_dir, todo, marker, done, show)
+    if n != m.n_videos and len(todo) < len(m.shards):  # folders went missing since: unpack all again
+        done.clear()
+        n = _unpack(tar_dir, frames_dir, m.shards, marker, done, show)
+    if n != m.n_videos:
+        raise ShardError(f"{frames_dir} holds {n} video folders, manifest says n_videos={m.n_videos}")
+    return n
+
+
+def _unpack(tar_dir: Path, frames_dir: Path, shards: list[Shard], marker: Path, done: set[str], show: bool) -> int:
+    """Extract verified shards, recording each in `marker` once complete; returns the video folder count."""
+    with byte_progress("extract", sum((tar_dir / s.file).stat().st_size for s in shards), show) as advance:
+        for s in shards:
             with tarfile.open(tar_dir / s.file) as tf:
                 tf.extractall(frames_dir, filter="data")
             done.add(s.sha256)
@@ -90,10 +100,4 @@ def extract(tar_dir: Path, frames_dir: Path, show: bool = True) -> int:
             tmp.write_text(json.dumps(sorted(done)))
             tmp.replace(marker)
             advance((tar_dir / s.file).stat().st_size)
-    n = sum(1 for p in frames_dir.iterdir() if p.is_dir())
-    if n != m.n_videos and len(todo) < len(m.shards):  # folders went missing since: unpack all again
-        marker.unlink()
-        return extract(tar_dir, frames_dir, show)
-    if n != m.n_videos:
-        raise ShardError(f"{frames_dir} holds {n} video folders, manifest says n_videos={m.n_videos}")
-    return n
+    return sum(1 for p in frames_dir.iterdir() if p.is_dir())

@@ -17,6 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from huggingface_hub.errors import LocalEntryNotFoundError
 from redis import Redis
 
 from ..launch import Server, devices, log_name, plan_servers, server_argv, server_env, snapshot, steps_of
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     logs = s.logs_dir
     try:
         paths = {m: snapshot(protocol, m, a.sim) for m in {srv.model for srv in servers}}
-    except Exception as e:  # not in the local cache: say how to get it
+    except LocalEntryNotFoundError as e:  # not in the local cache: say how to get it
         fail(f"model not in the local hub cache ({e}); run `pool-fetch --models` first (or set HF_HOME)")
     stop = False
 
