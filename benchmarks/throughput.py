@@ -33,36 +33,17 @@ import orjson
 from redis import Redis
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _pool import P, bodies, pool_items
 from _util import table
 
-from pool_queue.frames import FrameEncoder, list_frames, video_dir
-from pool_queue.items import load_items
 from pool_queue.procs import Procs, free_port, wait_health
-from pool_queue.protocol import Protocol
 from pool_queue.queue import enqueue_chunks
 from pool_queue.store import Store
-from pool_queue.synth import SynthConfig, generate
-
-P = Protocol()
-
-
-def _bodies(root: Path, step: int, items: list[dict[str, Any]]) -> list[bytes]:
-    enc, frames_dir = FrameEncoder(P.image_long_side, P.jpeg_quality), root / "frames" / "pool_frames"
-    out = []
-    for it in items:
-        urls: list[str] = []
-        if P.steps[step].frames != "none":
-            d = video_dir(frames_dir, it["video_id"])
-            frames = list_frames(d) if d else []
-            urls = [enc.data_url(frames[i]) for i in P.frame_indices(step, len(frames))]
-        for o in P.orders(step, it["item_id"], len(it["options"])):
-            out.append(orjson.dumps(P.request_body(step, it["question"], [it["options"][i] for i in o], urls)))
-    return out
 
 
 def _plain_client(args: tuple[str, Path, int, list[dict[str, Any]], int, Any]) -> tuple[int, int, int, float, float]:
     url, root, step, items, conc, start = args
-    bodies = _bodies(root, step, items)
+    todo = bodies(root, step, items)
 
     async def go() -> tuple[int, int, int, float, float]:
         ok = err = tokens = 0
@@ -82,7 +63,7 @@ def _plain_client(args: tuple[str, Path, int, list[dict[str, Any]], int, Any]) -
 
             start.wait()  # every process has built its bodies (a barrier with the parent): start together
             t0 = time.time()
-            await asyncio.gather(*(one(b) for b in bodies))
+            await asyncio.gather(*(one(b) for b in todo))
             return ok, err, tokens, t0, time.time()
 
     return asyncio.run(go())
@@ -163,28 +144,21 @@ def main() -> None:
     ap.add_argument("--step", type=int, choices=(1, 2, 3), required=True)
     ap.add_argument("--server", help="a running vLLM (or simulator) base URL")
     ap.add_argument("--sim", action="store_true", help="start a simulated server with the capacity model")
-    ap.add_argument("--items", type=int, default=20000, help="items the system screens")
+    ap.add_argument("--items", type=int, default=20000, help="items the system screens (0: the plain client only)")
     ap.add_argument("--ceiling-items", type=int, default=3000, help="other items for the plain client")
     ap.add_argument("--procs", type=int, default=8, help="plain-client processes")
     ap.add_argument("--conc", type=int, default=64, help="requests in flight per plain-client process")
     ap.add_argument("--workers", type=int, default=4, help="pool-worker processes")
     ap.add_argument("--inflight", type=int, default=128, help="forwards in flight per worker")
+    ap.add_argument("--skip", type=int, default=0, help="leave the pool's first N items out (seen by this server)")
     ap.add_argument("--videos", type=int, help="videos in the generated pool (default: items / 2.7, as in the pool)")
     ap.add_argument("--root", type=Path, help="package root (a synthetic pool is generated if absent)")
     ap.add_argument("--out", type=Path, help="append a JSON line with the numbers and settings")
+    ap.add_argument("--label", default="", help="names the server configuration in the JSON line")
     a = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="pool-bench-"))
     root = a.root or base / "root"
-    if not (root / "items").exists():
-        n = a.items + a.ceiling_items
-        # the real pool has ~2.7 items per video: more would let vLLM's cache serve repeated images
-        videos = a.videos or max(50, int(n / 2.7))
-        frames = (32, 34) if a.step == 3 else (8, 9)  # step 3 takes 32, step 2 the middle one
-        cfg = SynthConfig(n_items=n, n_videos=videos, seed=7, k_fraction=0.0, missing_fraction=0.0, frames=frames)
-        generate(root, cfg)
-    items = load_items(root / "items").items.to_pylist()
-    if len(items) < a.items + a.ceiling_items:
-        raise SystemExit(f"{root} has {len(items)} valid items, {a.items + a.ceiling_items} needed")
+    items = pool_items(root, a.step, a.skip + a.items + a.ceiling_items, a.videos)[a.skip :]
     ceiling_items, system_ids = items[: a.ceiling_items], [it["item_id"] for it in items[a.ceiling_items :]][: a.items]
     with Procs(base / "logs") as procs:
         url = a.server
@@ -199,19 +173,21 @@ def main() -> None:
         ceil = ceiling(url, root, a.step, ceiling_items, a.procs, a.conc)
         busy = gpu.busy(t_c, time.time())
         ceil["gpu_busy"] = -1.0 if busy is None else busy
-        sys_ = system(url, root, a.step, system_ids, a.workers, a.inflight, procs, gpu)
+        sys_ = system(url, root, a.step, system_ids, a.workers, a.inflight, procs, gpu) if system_ids else None
         gpu.stop.set()
-    pct = 100 * sys_["fwd_s"] / ceil["fwd_s"]
     print(f"step {a.step} against {url}: plain client {a.procs} x {a.conc}, system {a.workers} x {a.inflight}")
-    print(table(
-        ["run", "forwards", "errors", "wall s", "fwd/s", "prompt tok/s", "GPU busy %", "CPU ms/fwd", "% of ceiling"],
-        [["plain client", ceil["forwards"], ceil["errors"], ceil["wall"], ceil["fwd_s"], ceil["tok_s"],
-          ceil["gpu_busy"], "-", 100.0],
-         ["pool-queue", sys_["forwards"], sys_["errors"], sys_["wall"], sys_["fwd_s"], sys_["tok_s"],
-          sys_["gpu_busy"], sys_["cpu_ms_per_fwd"], pct]],
-    ))  # fmt: skip
+    rows: list[list[object]] = [["plain client", ceil["forwards"], ceil["errors"], ceil["wall"], ceil["fwd_s"],
+                                 ceil["tok_s"], ceil["gpu_busy"], "-", 100.0]]  # fmt: skip
+    pct = None
+    if sys_ is not None:
+        pct = 100 * sys_["fwd_s"] / ceil["fwd_s"]
+        rows.append(["pool-queue", sys_["forwards"], sys_["errors"], sys_["wall"], sys_["fwd_s"], sys_["tok_s"],
+                     sys_["gpu_busy"], sys_["cpu_ms_per_fwd"], pct])  # fmt: skip
+    print(table(["run", "forwards", "errors", "wall s", "fwd/s", "prompt tok/s", "GPU busy %", "CPU ms/fwd",
+                 "% of ceiling"], rows))  # fmt: skip
     if a.out:
-        rec = {"step": a.step, "server": url, "ceiling": ceil, "system": sys_, "pct_of_ceiling": pct,
+        rec = {"step": a.step, "server": url, "label": a.label, "ceiling": ceil, "system": sys_,
+               "pct_of_ceiling": pct,
                "settings": {k: v for k, v in vars(a).items() if k not in ("root", "out")}}  # fmt: skip
         with a.out.open("a") as f:
             f.write(json.dumps(rec, default=str) + "\n")

@@ -1,0 +1,44 @@
+"""The benchmarks' synthetic pool and the protocol's request bodies for its items."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from pool_queue.frames import FrameEncoder, list_frames, video_dir
+from pool_queue.items import load_items
+from pool_queue.protocol import Protocol
+from pool_queue.synth import SynthConfig, generate
+
+P = Protocol()
+
+
+def pool_items(root: Path, step: int, n: int, videos: int | None = None) -> list[dict[str, Any]]:
+    """n valid items of `root`, generating a pool there first when it has none."""
+    if not (root / "items").exists():
+        # the real pool has ~2.7 items per video: more would let vLLM's cache serve repeated images
+        frames = (32, 34) if step == 3 else (8, 9)  # step 3 takes 32, step 2 the middle one
+        n_videos = videos or max(50, int(n / 2.7))
+        generate(root, SynthConfig(n_items=n, n_videos=n_videos, seed=7, k_fraction=0.0, missing_fraction=0.0,
+                                   frames=frames))  # fmt: skip
+    items: list[dict[str, Any]] = load_items(root / "items").items.to_pylist()
+    if len(items) < n:
+        raise SystemExit(f"{root} has {len(items)} valid items, {n} needed")
+    return items
+
+
+def bodies(root: Path, step: int, items: list[dict[str, Any]]) -> list[bytes]:
+    """Every forward's request body, frames prepared the workers' way (the orders of one item adjacent)."""
+    enc, frames_dir = FrameEncoder(P.image_long_side, P.jpeg_quality), root / "frames" / "pool_frames"
+    out = []
+    for it in items:
+        urls: list[str] = []
+        if P.steps[step].frames != "none":
+            d = video_dir(frames_dir, it["video_id"])
+            frames = list_frames(d) if d else []
+            urls = [enc.data_url(frames[i]) for i in P.frame_indices(step, len(frames))]
+        for o in P.orders(step, it["item_id"], len(it["options"])):
+            out.append(orjson.dumps(P.request_body(step, it["question"], [it["options"][i] for i in o], urls)))
+    return out
