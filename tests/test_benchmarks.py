@@ -1,0 +1,95 @@
+"""The benchmark scripts themselves, against simulated servers over loopback (the GPU runs use them)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pool_queue.launch import Server, server_argv
+from pool_queue.procs import Procs, free_port, wait_health
+from pool_queue.protocol import Protocol
+from pool_queue.settings import load_settings
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+import profile_summary  # noqa: E402
+
+P = Protocol()
+
+
+@pytest.fixture(scope="module")
+def sims(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """Two 2B simulators, and an 8B one that answers under the 2B's name (other numbers)."""
+    with Procs(tmp_path_factory.mktemp("benchlogs")) as procs:
+        urls = [procs.sim(f"b{i}", free_port(), "--profile", "qwen3-vl-2b", "--zero-latency") for i in range(2)]
+        urls.append(procs.sim("b8", free_port(), "--served-model-name", P.steps[3].served_name, "--zero-latency"))
+        for u in urls:
+            wait_health(u, 20)
+        yield urls
+
+
+def _run(*argv: str) -> str:
+    return subprocess.run([sys.executable, *argv], check=True, capture_output=True, text=True, timeout=300).stdout
+
+
+def test_ceiling_only_run_writes_its_numbers(sims: list[str], tmp_path: Path) -> None:
+    out = tmp_path / "t.jsonl"
+    _run(str(BENCH / "throughput.py"), "--step", "3", "--server", sims[0], "--items", "0", "--ceiling-items", "6",
+         "--skip", "2", "--procs", "2", "--conc", "2", "--root", str(tmp_path / "root"), "--label", "x",
+         "--out", str(out))  # fmt: skip
+    rec = json.loads(out.read_text())
+    assert rec["label"] == "x" and rec["system"] is None and rec["pct_of_ceiling"] is None
+    assert rec["ceiling"]["forwards"] == 6 and rec["ceiling"]["errors"] == 0
+    assert rec["ceiling"]["tok_s"] > rec["ceiling"]["fwd_s"] > 0
+
+
+def test_system_run_next_to_the_ceiling(sims: list[str], tmp_path: Path) -> None:
+    out = tmp_path / "t.jsonl"
+    text = _run(str(BENCH / "throughput.py"), "--sim", "--step", "1", "--items", "30", "--ceiling-items", "8",
+                "--procs", "1", "--conc", "8", "--workers", "2", "--inflight", "16", "--out", str(out))  # fmt: skip
+    rec = json.loads(out.read_text())
+    assert rec["system"]["items"] == 30 and rec["system"]["forwards"] == 120 and rec["system"]["errors"] == 0
+    assert rec["ceiling"]["forwards"] == 32
+    assert rec["pct_of_ceiling"] == pytest.approx(100 * rec["system"]["fwd_s"] / rec["ceiling"]["fwd_s"])
+    assert "pool-queue" in text and "plain client" in text
+
+
+def test_same_numbers_tells_equal_servers_from_different_ones(sims: list[str], tmp_path: Path) -> None:
+    root = str(tmp_path / "root")
+    same = _run(str(BENCH / "same_numbers.py"), "--step", "3", "--a", sims[0], "--b", sims[1], "--n", "4",
+                "--skip", "2", "--root", root)  # fmt: skip
+    assert same.splitlines()[-1].split()[:4] == ["4", "4", "4", "4"]  # requests, identical, same tokens, same pred
+    other = _run(str(BENCH / "same_numbers.py"), "--step", "3", "--a", sims[0], "--b", sims[2], "--n", "4",
+                 "--skip", "2", "--root", root)  # fmt: skip
+    cells = other.splitlines()[-1].split()
+    assert cells[0] == "4" and cells[1] == "0" and float(cells[4]) > 0
+
+
+def test_profile_summary_counts_per_process_and_thread(tmp_path: Path) -> None:
+    raw = (
+        'process 10:"vllm serve";process 12:"VLLM::EngineCore";thread (12): MainThread;step (core.py:1);'
+        "execute (runner.py:2) 30\n"
+        'process 10:"vllm serve";process 12:"VLLM::EngineCore";thread (12): MainThread;step (core.py:1) 10\n'
+        'process 10:"vllm serve";process 13:"VLLM::APIServer_0";thread (13): MainThread;render (r.py:3) 5\n'
+    )
+    per_thread, self_, incl = profile_summary.parse(raw)
+    engine = "12 VLLM::EngineCore / MainThread"
+    assert per_thread == {engine: 40, "13 VLLM::APIServer_0 / MainThread": 5}
+    assert self_[engine] == {"execute (runner.py:2)": 30, "step (core.py:1)": 10}
+    assert incl[engine]["step (core.py:1)"] == 40
+    f = tmp_path / "prof.txt"
+    f.write_text(raw)
+    text = _run(str(BENCH / "profile_summary.py"), str(f), "--seconds", "1", "--rate", "50")
+    assert "12 VLLM::EngineCore / MainThread" in text and "0.8" in text  # 40 samples at 50 Hz in 1 s
+
+
+def test_serve_prints_the_launchers_argv_with_the_extra_arguments() -> None:
+    out = _run(str(BENCH / "serve.py"), "2b", "--port", "8123", "--model-path", "/m", "--dry-run", "--",
+               "--load-format", "dummy", "--mm-tensor-ipc", "torch_shm")  # fmt: skip
+    want = server_argv(load_settings(), P, Server(0, "0", "2b", 8123), "/m", sim=False)
+    assert shlex.split(out) == [*want, "--load-format", "dummy", "--mm-tensor-ipc", "torch_shm"]
