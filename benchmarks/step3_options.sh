@@ -9,6 +9,7 @@
 #   bash benchmarks/step3_options.sh measure OUTDIR # throughput.jsonl, prof-*.txt, same-*.txt
 set -euo pipefail
 H="bash benchmarks/h200.sh"
+export PYTHONPATH="/tmp/site:/tmp/ours:$PWD"   # as h200.sh: the bundle and our wheels
 KV="--kv-cache-memory-bytes 12884901888"   # 12 GiB: ~110 k tokens, many times one 32768-token batch
 declare -A SETS=(
   [8002]="default|"
