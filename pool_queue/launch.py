@@ -24,6 +24,8 @@ IMAGES = {"8b": 1, "2b": 32}
 MAX_PIXELS = 448 * 448  # the processor never upsizes a protocol frame past 448 x 448
 API_SERVERS = {"8b": 4, "2b": 4}  # one API process caps the H200 at ~320 req/s on step 1 (measured)
 BATCHED_TOKENS = {"8b": 16384, "2b": 32768}  # step 3 prefill of 32 images: 6.0 -> 6.9 req/s (measured)
+# Step 3 is bound by the host copying float32 pixel values (benchmarks/results/h200.md): more API
+# servers, renderer threads, torch_shm IPC, ViT CUDA graphs or a second server per GPU did not help.
 SIM_PROFILE = {"8b": "qwen3-vl-8b", "2b": "qwen3-vl-2b"}
 
 
