@@ -72,10 +72,19 @@ class Store:
         self.root.mkdir(parents=True, exist_ok=True)
         stamp = self.root / STAMP
         body = orjson.dumps({"fingerprint": self.fingerprint, "protocol": self._protocol}, option=orjson.OPT_INDENT_2)
-        with contextlib.suppress(FileExistsError):
-            fd = os.open(stamp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            with os.fdopen(fd, "wb") as f:
+        if not stamp.exists():
+            # written whole under a private name, then linked: a worker starting beside us sees no
+            # stamp or a complete one, never an empty file; the first link wins
+            tmp = self.root / f".{STAMP}.{socket.gethostname()}.{os.getpid()}.{time.monotonic_ns()}"
+            with open(tmp, "wb") as f:
                 f.write(body)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                with contextlib.suppress(FileExistsError):
+                    os.link(tmp, stamp)
+            finally:
+                tmp.unlink()
         self.check_stamp()
 
     def check_stamp(self) -> None:

@@ -1,11 +1,14 @@
 import logging
+import multiprocessing as mp
 import os
 import time
+from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 
-from pool_queue.store import Store, StoreError
+from pool_queue.store import STAMP, Store, StoreError
 
 
 def row(item_id, status="ok", t=1.0, fp="fp1", removed=False, kind=None, **kw):
@@ -88,3 +91,24 @@ def test_other_protocol_is_refused(tmp_path):
     Store(tmp_path, "fp1").writer(1, "b").write([row("y", fp="fp9")])
     with pytest.raises(StoreError, match="another protocol"):
         Store(tmp_path, "fp1").winners(1)
+
+
+def _claim_fresh(root: str, start: Any) -> None:
+    start.wait()  # every process claims at the same moment
+    Store(Path(root), "fp1", {"pad": "x" * 20_000_000}).claim()  # a large stamp: a slow write
+
+
+def test_workers_starting_together_on_a_fresh_root_all_see_a_whole_stamp(tmp_path):
+    # a stamp created empty and then written let a second worker read "" and die (seen in CI)
+    ctx = mp.get_context("fork")
+    for k in range(3):
+        root = tmp_path / f"r{k}"
+        start = ctx.Barrier(6)
+        ps = [ctx.Process(target=_claim_fresh, args=(str(root), start)) for _ in range(6)]
+        for p in ps:
+            p.start()
+        for p in ps:
+            p.join(30)
+        assert [p.exitcode for p in ps] == [0] * 6
+        assert orjson.loads((root / STAMP).read_bytes())["fingerprint"] == "fp1"
+        assert [f.name for f in root.iterdir()] == [STAMP]  # no private copies left behind
