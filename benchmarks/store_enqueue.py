@@ -26,7 +26,7 @@ from pool_queue.items import ITEM_SCHEMA, REPORT_SCHEMA, ItemSet
 from pool_queue.plan import MAX_ITEM_RUNS
 from pool_queue.procs import Procs, free_port
 from pool_queue.protocol import Protocol
-from pool_queue.queue import enqueue_chunks
+from pool_queue.queue import screen_of
 from pool_queue.status import StatusReader
 from pool_queue.store import Store
 
@@ -120,12 +120,14 @@ def main() -> None:
         rows.append([f"write rows (64/fsync), {size:.0f} MB", a.items, t_write])
         with Procs(Path(d) / "logs") as procs:
             conn = Redis.from_url(procs.redis(free_port(), Path(d) / "redis"))
+            screen = screen_of(store, conn)
+            assert screen is not None  # the writers stamped the root
             ids = [f"item-{i:07d}" for i in range(a.items)]
             t0 = time.perf_counter()
-            jobs = enqueue_chunks(conn, 1, ids, 64)
+            jobs = screen.enqueue_chunks(1, ids, 64)
             rows.append([f"enqueue ({jobs} jobs of 64)", a.items, time.perf_counter() - t0])
             t0 = time.perf_counter()
-            again = enqueue_chunks(conn, 1, ids, 64)
+            again = screen.enqueue_chunks(1, ids, 64)
             rows.append([f"enqueue again ({again} new jobs)", a.items, time.perf_counter() - t0])
             rows.append([f"Redis memory MB: {int(conn.info('memory')['used_memory']) / 2**20:.0f}", jobs, 0.0])
             items = fake_items(a.items)

@@ -37,7 +37,7 @@ from _pool import P, bodies, pool_items
 from _util import table
 
 from pool_queue.procs import Procs, free_port, wait_health
-from pool_queue.queue import enqueue_chunks
+from pool_queue.queue import screen_of
 from pool_queue.store import Store
 
 
@@ -111,7 +111,11 @@ def system(
     redis_url = procs.redis(free_port(), root.parent / "redis")
     results = root / "results" / f"bench-step{step}-{int(time.time())}"
     common = ["--root", str(root), "--results", str(results), "--redis-url", redis_url]
-    enqueue_chunks(Redis.from_url(redis_url), step, ids, 64)
+    store = Store(results, P.fingerprint, P.model_dump(mode="json"))
+    store.claim()
+    screen = screen_of(store, Redis.from_url(redis_url))
+    assert screen is not None
+    screen.enqueue_chunks(step, ids, 64)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     argv = [sys.executable, "-m", "workers.main", "--server", url, "--steps", str(step), "--burst"]
     argv += ["--inflight", str(inflight), *common]

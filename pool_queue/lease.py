@@ -1,30 +1,50 @@
-"""Leases on RQ jobs for an asyncio worker that runs several jobs at once.
+"""A job's life in our worker, through RQ's public API: claim -> heartbeats -> finish | give back | fail.
 
-RQ's own workers run one job at a time; ours keeps the GPU busy across job boundaries, so it
-takes jobs through RQ's data model directly: LMOVE to the intermediate list, an Execution in the
-StartedJobRegistry whose score is the lease expiry, heartbeats that extend it, and on success the
-FinishedJobRegistry. A worker that dies (SIGKILL, node lost) stops heartbeating; once its lease
-expires, `rescue` (run by every worker and by pool-enqueue) puts the job back on its queue via
-RQ's abandoned-job handling (the job's Retry budget).
+RQ's released workers run one job at a time; ours runs several at once over asyncio, so it drives
+RQ's lifecycle itself and writes only what RQ reads back, through RQ's own methods: an Execution
+per job in the StartedJobRegistry (its score is the lease's expiry), `Execution.heartbeat` and
+`Job.heartbeat` to extend it, RQ's registries and results at the end. A worker that dies stops
+heartbeating; once its lease expires, RQ's `StartedJobRegistry.cleanup` (run by every worker's
+rescue loop, `pool-enqueue`, `pool-status` and `rq info`) puts the job back on its queue.
+
+Every end of a job is one transaction that first checks the job is still ours (status STARTED and
+our execution registered). A job that was rescued, re-created or flushed meanwhile is left alone,
+so no job is ever both acknowledged and re-queued; its rows are on disk either way.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
-from redis import Redis
+from pydantic import ValidationError
+from redis import Redis, RedisError
+from redis.client import Pipeline
 from rq import Queue
 from rq.executions import Execution
 from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job, JobStatus
 from rq.registry import FinishedJobRegistry, StartedJobRegistry
+from rq.results import Result
 from rq.serializers import JSONSerializer
-from rq.utils import now
+from rq.utils import now, utcformat
 
-from .queue import RESULT_TTL_S
+from .queue import RESULT_TTL_S, ChunkJob, Screen
 
-HEARTBEAT_S = 5.0
-LEASE_S = 30  # a job whose worker stopped heartbeating returns to its queue this long after
+log = logging.getLogger("pool.lease")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How fast a dead worker's jobs come back: within `lease_s` + `rescue_s` of its last heartbeat."""
+
+    lease_s: int = 30
+    heartbeat_s: float = 5.0
+    rescue_s: float = 15.0
+    max_failures: int = 3  # a job whose run raised this many times goes to RQ's failed registry
 
 
 @dataclass
@@ -32,78 +52,178 @@ class Lease:
     job: Job
     queue: Queue
     execution: Execution
-
-    @property
-    def step(self) -> int:
-        return int(self.job.args[0])
-
-    @property
-    def item_ids(self) -> list[str]:
-        return list(self.job.args[1])
+    payload: ChunkJob
 
     @property
     def redelivered(self) -> bool:
         """A job some worker took before (it may have written rows for part of it)."""
         return int(self.job.meta.get("taken", 1)) > 1
 
+    @property
+    def failures(self) -> int:
+        return int(self.job.meta.get("failures", 0))
 
-def claim(conn: Redis, queues: list[Queue], worker_name: str) -> Lease | None:
-    """Take the first job of the first non-empty queue (queues in priority order), or None."""
+
+def claim(screen: Screen, queues: list[Queue], worker_name: str, lease_s: int) -> Lease | None:
+    """Take the first job of the first non-empty queue (queues in priority order), or None.
+
+    A job in a state we did not expect (finished, failed, running elsewhere, not ours) is logged
+    and passed over, never run."""
     for q in queues:
-        res = Queue.dequeue_any([q], None, connection=conn, serializer=JSONSerializer)
-        if res is None:
-            continue
-        job, queue = res
-        with conn.pipeline() as p:
-            execution = Execution.create(job, LEASE_S, pipeline=p, worker_name=worker_name)
-            job.prepare_for_execution(worker_name, pipeline=p)
-            p.lrem(queue.intermediate_queue_key, 1, job.id)
-            job.meta["taken"] = int(job.meta.get("taken", 0)) + 1
-            p.hset(job.key, "meta", job.serializer.dumps(job.meta))
-            p.execute()
-        return Lease(job, queue, execution)
+        while True:
+            try:
+                res = Queue.dequeue_any([q], None, connection=screen.conn, serializer=JSONSerializer)
+            except RedisError:
+                raise
+            except Exception as e:  # a job hash RQ itself cannot read: drop the id, the store re-plans it
+                jid = getattr(e, "job_id", None)
+                log.error("job %s on %s is unreadable (%s): dropped; pool-enqueue re-creates its work", jid, q.name, e)
+                if jid:
+                    screen.conn.lrem(q.intermediate_queue_key, 1, jid)
+                continue
+            if res is None:
+                break
+            lease = _start(screen, res[0], res[1], worker_name, lease_s)
+            if lease is not None:
+                return lease
     return None
 
 
-def heartbeat(conn: Redis, leases: list[Lease]) -> None:
+def _start(screen: Screen, job: Job, queue: Queue, worker_name: str, lease_s: int) -> Lease | None:
+    try:
+        payload = ChunkJob.model_validate(job.kwargs)
+    except ValidationError:
+        payload = None
+    if payload is None or payload.screen != screen.id:
+        log.error("job %s on %s is not a chunk of screen %s: passed over", job.id, queue.name, screen.id)
+        screen.conn.lrem(queue.intermediate_queue_key, 1, job.id)
+        return None
+    job.meta["taken"] = int(job.meta.get("taken", 0)) + 1
+
+    def txn(p: Pipeline) -> Execution | None:
+        status = _text(p.hget(job.key, "status"))
+        p.multi()
+        p.lrem(queue.intermediate_queue_key, 1, job.id)
+        if status != JobStatus.QUEUED:
+            return None
+        execution = Execution.create(job, lease_s, pipeline=p, worker_name=worker_name)
+        job.prepare_for_execution(worker_name, pipeline=p)
+        p.hset(job.key, "meta", job.serializer.dumps(job.meta))  # RQ's own encoding of its meta field
+        return execution
+
+    execution = _transact(screen.conn, txn, job.key)
+    if execution is None:
+        log.warning("job %s came off %s in state %s: passed over", job.id, queue.name, job.get_status(refresh=True))
+        return None
+    return Lease(job, queue, execution, payload)
+
+
+def heartbeat(conn: Redis, leases: list[Lease], lease_s: int) -> None:
     if not leases:
         return
     with conn.pipeline() as p:
         for lease in leases:
-            lease.execution.heartbeat(lease.job.started_job_registry, LEASE_S, pipeline=p)
-            p.hset(lease.job.key, "last_heartbeat", now().isoformat())
+            lease.execution.heartbeat(lease.job.started_job_registry, lease_s, pipeline=p)
+            lease.job.heartbeat(now(), lease_s, pipeline=p)
         p.execute()
 
 
-def finish(conn: Redis, lease: Lease) -> None:
-    """Acknowledge: call only after the job's rows are on disk."""
+def _transact(conn: Redis, fn: Callable[[Pipeline], T], *watch: str) -> T:
+    """`fn` reads the watched keys, calls `multi()`, queues writes; re-run if a watched key changed."""
+    return cast(T, conn.transaction(fn, *watch, value_from_callable=True))  # type: ignore[arg-type]
+
+
+def _is_ours(p: Pipeline, lease: Lease) -> bool:
+    """Inside a watched transaction: the job is STARTED and our execution is still registered."""
+    status = _text(p.hget(lease.job.key, "status"))
+    member = p.zscore(lease.job.started_job_registry.key, lease.execution.composite_key)
+    return status == JobStatus.STARTED and member is not None
+
+
+def _owned(conn: Redis, lease: Lease, then: Callable[[Pipeline], object]) -> bool:
+    """Run `then` in a transaction if the job is still ours; False (nothing written) if not."""
+
+    def txn(p: Pipeline) -> bool:
+        ours = _is_ours(p, lease)
+        p.multi()  # with nothing queued the transaction still checks the watched keys
+        if ours:
+            lease.execution.delete(lease.job, pipeline=p)
+            then(p)
+        return ours
+
+    ours = _transact(conn, txn, lease.job.key, lease.job.started_job_registry.key)
+    if not ours:
+        _not_ours(lease)
+    return ours
+
+
+def _not_ours(lease: Lease) -> None:
+    log.warning("job %s is no longer ours (rescued, re-created or flushed meanwhile): left as it is", lease.job.id)
+
+
+def finish(screen: Screen, lease: Lease, follow: list[str], next_step: int | None) -> bool:
+    """Acknowledge, and queue the survivors for `next_step`, in one transaction: call only after the
+    job's rows are on disk. The follow-up is queued even when the job is no longer ours (its rows are
+    on disk), once per parent; the acknowledgement only when it is. False when it was not ours."""
+    job, registry = lease.job, lease.job.started_job_registry
+    fid = screen.followup_id(next_step, job.id) if next_step is not None and follow else None
+    watch = [job.key, registry.key, *([Job.key_for(fid)] if fid else [])]
+
+    def txn(p: Pipeline) -> bool:
+        ours = _is_ours(p, lease)
+        chain = fid is not None and not p.exists(Job.key_for(fid))
+        p.multi()
+        if chain:
+            screen.add_followup(p, next_step, follow, job.id)  # type: ignore[arg-type]
+        if ours:
+            lease.execution.delete(job, pipeline=p)
+            job.ended_at = now()
+            job.set_status(JobStatus.FINISHED, pipeline=p)
+            p.hset(job.key, "ended_at", utcformat(job.ended_at))
+            FinishedJobRegistry(queue=lease.queue).add(job, RESULT_TTL_S, pipeline=p)
+            p.expire(job.key, RESULT_TTL_S)
+        return ours
+
+    ours = _transact(screen.conn, txn, *watch)
+    if not ours:
+        _not_ours(lease)
+    return ours
+
+
+def give_back(conn: Redis, lease: Lease) -> bool:
+    """Return a job untouched to the front of its queue (worker stopping, server misconfigured)."""
+    lease.job.meta["taken"] = max(0, int(lease.job.meta.get("taken", 1)) - 1)
+    return _owned(conn, lease, lambda p: lease.queue.enqueue_job(lease.job, pipeline=p, at_front=True))
+
+
+def fail(conn: Redis, lease: Lease, reason: str, worker_name: str, max_failures: int) -> bool:
+    """A run of the job raised: back on its queue, or after `max_failures` into RQ's failed registry
+    with the reason (`rq info` counts it; `pool-status` shows it). True when it is failed for good."""
     job = lease.job
-    with conn.pipeline() as p:
-        lease.execution.delete(job, pipeline=p)
-        job.ended_at = now()
-        job.set_status(JobStatus.FINISHED, pipeline=p)
-        p.hset(job.key, "ended_at", job.ended_at.isoformat())
-        FinishedJobRegistry(queue=lease.queue).add(job, RESULT_TTL_S, pipeline=p)
-        p.expire(job.key, RESULT_TTL_S)
-        p.execute()
+    job.meta["failures"] = lease.failures + 1
+    final = job.meta["failures"] >= max_failures
 
+    def then(p: Pipeline) -> None:
+        p.hset(job.key, "meta", job.serializer.dumps(job.meta))
+        if final:
+            job.ended_at = now()
+            job.set_status(JobStatus.FAILED, pipeline=p)
+            job.failed_job_registry.add(job, ttl=job.failure_ttl, exc_string=reason, pipeline=p)
+            Result.create_failure(job, job.failure_ttl, reason, worker_name=worker_name, pipeline=p)
+        else:
+            lease.queue.enqueue_job(job, pipeline=p)
 
-def release(conn: Redis, lease: Lease) -> None:
-    """Give a job back untouched (worker stopping before it began, or server misconfigured)."""
-    with conn.pipeline() as p:
-        lease.execution.delete(lease.job, pipeline=p)
-        lease.job.set_status(JobStatus.QUEUED, pipeline=p)
-        p.rpush(lease.queue.key, lease.job.id)
-        p.execute()
+    return _owned(conn, lease, then) and final
 
 
 def rescue(conn: Redis, queues: list[Queue]) -> int:
-    """Re-queue jobs whose lease expired or that were stuck between LMOVE and registration."""
+    """Put back jobs whose lease expired (RQ's abandoned-job handling, with the job's Retry budget),
+    and jobs left between the queue and the started registry by a worker killed in that instant."""
     n = 0
     for q in queues:
         reg = StartedJobRegistry(queue=q)
         n += len(reg.get_expired_job_ids())
-        reg.cleanup()  # abandoned jobs with retries left go back to the queue (RQ semantics)
+        reg.cleanup()
         inter = IntermediateQueue(q.key, conn)
         for jid in inter.get_job_ids():
             if jid in reg:
@@ -112,7 +232,12 @@ def rescue(conn: Redis, queues: list[Queue]) -> int:
                 continue
             with conn.pipeline() as p:
                 p.lrem(inter.key, 1, jid)
-                p.rpush(q.key, jid)
+                if conn.exists(Job.key_for(jid)):
+                    p.rpush(q.key, jid)
+                    n += 1
                 p.execute()
-            n += 1
     return n
+
+
+def _text(v: bytes | str | None) -> str | None:
+    return v.decode() if isinstance(v, bytes) else v

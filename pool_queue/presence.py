@@ -16,6 +16,7 @@ TTL_S = 30
 
 class WorkerSnapshot(BaseModel):
     name: str
+    screen: str  # the screen whose queues it takes
     server: str
     steps: list[int]
     host: str

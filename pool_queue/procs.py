@@ -91,7 +91,9 @@ class Procs:
         self.children[name] = proc
         return proc
 
-    def redis(self, port: int, data_dir: Path, password: str | None = None) -> str:
+    def redis(self, port: int, data_dir: Path, password: str | None = None, aof: bool = False) -> str:
+        """A redis-server on 127.0.0.1:`port`; with `aof`, its append-only file in `data_dir` (fsync every
+        second, as compose runs it), so a restart on the same directory resumes the queue."""
         data_dir.mkdir(parents=True, exist_ok=True)
         argv = [
             redis_binary(),
@@ -104,7 +106,7 @@ class Procs:
             "--save",
             "",
             "--appendonly",
-            "no",
+            "yes" if aof else "no",
             "--protected-mode",
             "no",
         ]

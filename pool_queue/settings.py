@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from redis import Redis
 
 
 class Settings(BaseSettings):
@@ -54,6 +55,19 @@ class Settings(BaseSettings):
     chunk_size: int = Field(default=64, ge=1, le=10_000)
     metrics_port: int | None = Field(default=None, ge=0, le=65535, description="worker /metrics port; 0 = any")
 
+    # Recovery: a dead worker's jobs are back within lease_s + rescue_s of its last heartbeat.
+    lease_s: int = Field(default=30, ge=2, description="a running job's lease; renewed every heartbeat_s")
+    heartbeat_s: float = Field(default=5.0, gt=0)
+    rescue_s: float = Field(default=15.0, gt=0, description="how often each worker re-queues expired leases")
+    job_max_failures: int = Field(default=3, ge=1, description="runs that raised before a job is failed for good")
+    wait_redis_s: float = Field(default=3600.0, ge=0, description="how long a worker waits out a Redis outage")
+
+    @model_validator(mode="after")
+    def _beats_within_lease(self) -> Settings:
+        if self.heartbeat_s * 2 > self.lease_s:
+            raise ValueError(f"heartbeat_s ({self.heartbeat_s}) must be at most half of lease_s ({self.lease_s})")
+        return self
+
     @field_validator("servers", mode="before")
     @classmethod
     def _split_servers(cls, v: Any) -> Any:
@@ -80,6 +94,17 @@ class Settings(BaseSettings):
     def redis_kwargs(self) -> dict[str, Any]:
         pw = self.redis_password.get_secret_value() if self.redis_password else None
         return {"password": pw} if pw else {}
+
+    def redis(self) -> Redis:
+        """A client that gives up on a silent Redis in seconds instead of hanging (an outage is then
+        an error the caller waits out, not a stuck thread)."""
+        return Redis.from_url(
+            self.redis_url, socket_connect_timeout=5, socket_timeout=15, health_check_interval=15, **self.redis_kwargs()
+        )
+
+    def redis_where(self) -> str:
+        """The Redis address without credentials, for messages."""
+        return self.redis_url.split("@")[-1]
 
 
 def load_settings(**overrides: Any) -> Settings:

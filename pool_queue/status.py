@@ -18,13 +18,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import redis
 from pydantic import BaseModel
-from rq.job import Job
-from rq.serializers import JSONSerializer
 
 from . import presence
 from .items import ItemSet
 from .plan import MAX_ITEM_RUNS, eligible
-from .queue import step_queue
+from .queue import Screen, other_screens, screen_of
 from .store import STEPS, Store
 
 WINDOWS_S = (60, 300)
@@ -42,6 +40,7 @@ class StepStatus(BaseModel):
     queued_items: int | None
     running_jobs: int | None
     running_items: int | None
+    failed_jobs: int | None  # failed for good (RQ's failed registry); pool-enqueue --retry-failed re-runs them
     items_per_s_1m: float
     items_per_s_5m: float
     eta_s: float | None  # remaining / the 5-minute rate; None when nothing moves
@@ -51,11 +50,20 @@ class WorkerStatus(presence.WorkerSnapshot):
     health: bool | None = None  # /health of its server answered 200 just now
 
 
+class FailedJob(BaseModel):
+    job_id: str
+    step: int
+    reason: str
+
+
 class RunStatus(BaseModel):
     at: float
     results: str
+    screen: str | None  # this results root's id in Redis (None before anything was enqueued or run)
     steps: list[StepStatus]
     workers: list[WorkerStatus]
+    failed: list[FailedJob] = []
+    other_screens: list[str] = []  # other screens sharing this Redis
     redis_error: str | None = None
 
 
@@ -71,22 +79,45 @@ class StatusReader:
     def read(self) -> RunStatus:
         now = time.time()
         redis_error = None
-        queues: dict[int, tuple[int, int, int, int]] = {}
+        queues: dict[int, tuple[int, int, int, int, int]] = {}
         workers: list[WorkerStatus] = []
+        failed: list[FailedJob] = []
+        others: list[str] = []
+        screen = screen_of(self.store, self.conn)
         try:
-            for step in STEPS:
-                queues[step] = self._queue(step)
-            workers = [WorkerStatus(**w.model_dump()) for w in presence.read_all(self.conn)]
+            if screen is not None:
+                for step, q in screen.snapshot(STEPS).items():
+                    waiting = [*q.waiting, *q.moving]
+                    queues[step] = (
+                        len(waiting),
+                        self._items_in(screen, waiting),
+                        len(q.running),
+                        self._items_in(screen, q.running),
+                        len(q.failed),
+                    )
+                    failed += [FailedJob(job_id=j, step=step, reason=r) for j, r in q.failed.items()]
+                live = presence.read_all(self.conn)
+                workers = [WorkerStatus(**w.model_dump()) for w in live if w.screen == screen.id]
+            others = other_screens(self.conn, screen.id if screen else "")
         except redis.RedisError as e:
             redis_error = str(e)
         if self.probe_health and workers:
             health = asyncio.run(_probe({w.server for w in workers}))
             for w in workers:
                 w.health = health[w.server]
-        steps = [self._step(step, now, queues.get(step)) for step in STEPS]
-        return RunStatus(at=now, results=str(self.store.root), steps=steps, workers=workers, redis_error=redis_error)
+        steps = [self._step(step, now, queues.get(step, (0, 0, 0, 0, 0) if screen is None else None)) for step in STEPS]
+        return RunStatus(
+            at=now,
+            results=str(self.store.root),
+            screen=screen.id if screen else None,
+            steps=steps,
+            workers=workers,
+            failed=failed,
+            other_screens=others,
+            redis_error=redis_error,
+        )
 
-    def _step(self, step: int, now: float, q: tuple[int, int, int, int] | None) -> StepStatus:
+    def _step(self, step: int, now: float, q: tuple[int, int, int, int, int] | None) -> StepStatus:
         elig = eligible(step, self.items.items, self.store, self.frames_dir).column("item_id")
         w = self.store.winners(step)
         w = w.filter(pc.is_in(w.column("item_id"), value_set=elig))
@@ -107,26 +138,17 @@ class StatusReader:
             queued_items=q[1] if q else None,
             running_jobs=q[2] if q else None,
             running_items=q[3] if q else None,
+            failed_jobs=q[4] if q else None,
             items_per_s_1m=rates[0],
             items_per_s_5m=rates[1],
             eta_s=remaining / rates[1] if rates[1] > 0 and remaining else None,
         )
 
-    def _queue(self, step: int) -> tuple[int, int, int, int]:
-        q = step_queue(self.conn, step)
-        waiting = [j.decode() if isinstance(j, bytes) else j for j in self.conn.lrange(q.key, 0, -1)]
-        running = q.started_job_registry.get_job_ids()
-        return len(waiting), self._items_in(waiting), len(running), self._items_in(running)
-
-    def _items_in(self, job_ids: list[str]) -> int:
+    def _items_in(self, screen: Screen, job_ids: list[str]) -> int:
         missing = [j for j in job_ids if j not in self._job_sizes]
-        for b in range(0, len(missing), 500):
-            part = missing[b : b + 500]
-            for jid, job in zip(
-                part, Job.fetch_many(part, connection=self.conn, serializer=JSONSerializer), strict=True
-            ):
-                self._job_sizes[jid] = len(job.args[1]) if job is not None else 0
-        return sum(self._job_sizes[j] for j in job_ids)
+        for jid, chunk in screen.payloads(missing).items():
+            self._job_sizes[jid] = len(chunk.items)
+        return sum(self._job_sizes.get(j, 0) for j in job_ids)
 
 
 def _count(mask: pa.ChunkedArray | pa.Array) -> int:

@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,10 @@ class Store:
         """Stamp an empty root with our protocol, or check the stamp; refuse a different protocol."""
         self.root.mkdir(parents=True, exist_ok=True)
         stamp = self.root / STAMP
-        body = orjson.dumps({"fingerprint": self.fingerprint, "protocol": self._protocol}, option=orjson.OPT_INDENT_2)
+        body = orjson.dumps(
+            {"fingerprint": self.fingerprint, "screen_token": uuid.uuid4().hex, "protocol": self._protocol},
+            option=orjson.OPT_INDENT_2,
+        )
         if not stamp.exists():
             # written whole under a private name, then linked: a worker starting beside us sees no
             # stamp or a complete one, never an empty file; the first link wins
@@ -86,6 +90,15 @@ class Store:
             finally:
                 tmp.unlink()
         self.check_stamp()
+
+    def screen_token(self) -> str | None:
+        """A token made once with the stamp (None before anything stamped the root): the queue names its
+        screen after it, so every mount of one root (container or host) is one screen."""
+        stamp = self.root / STAMP
+        if not stamp.exists():
+            return None
+        self.check_stamp()
+        return str(orjson.loads(stamp.read_bytes()).get("screen_token") or "stamped-before-screen-tokens")
 
     def check_stamp(self) -> None:
         stamp = self.root / STAMP

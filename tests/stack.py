@@ -13,6 +13,7 @@ from pool_queue.commands import enqueue
 from pool_queue.items import load_items
 from pool_queue.procs import Procs, free_port, wait_health
 from pool_queue.protocol import Protocol
+from pool_queue.queue import Screen, screen_of
 from pool_queue.sim.model import PROFILES, answer
 from pool_queue.store import Store
 
@@ -57,8 +58,17 @@ class Stack:
     def raw_count(self, step: int) -> int:
         return self.store.index(step).num_rows
 
+    @property
+    def screen(self) -> Screen:
+        screen = screen_of(self.store, self.conn)
+        assert screen is not None, "nothing stamped the results root yet"
+        return screen
+
+    def waiting(self, step: int) -> int:
+        return self.conn.llen(self.screen.queue(step).key)
+
     def queued(self) -> int:
-        return sum(self.conn.llen(f"rq:queue:pool-step{s}") for s in (1, 2, 3))
+        return sum(self.waiting(s) for s in (1, 2, 3))
 
 
 def expected(root: Path) -> dict[int, dict[str, tuple[bool, float]]]:

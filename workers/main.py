@@ -6,25 +6,28 @@ import asyncio
 import logging
 import sys
 
-from redis import Redis
-
 from pool_queue.commands._cli import fail, parser, settings
 from pool_queue.items import ItemsError, load_items
+from pool_queue.lease import Timing
 from pool_queue.protocol import Protocol
+from pool_queue.queue import screen_of
 from pool_queue.store import Store, StoreError
 
 from .client import ServerMisconfigured, VLLMClient
-from .runtime import Worker, default_name
+from .redis_link import RedisLink
+from .runtime import Worker, unique_name
 from .serving import served_steps
 
 
 async def _main(argv: list[str] | None) -> int:
     p = parser("pool-worker", __doc__ or "")
     p.add_argument("--server", help="vLLM base URL, e.g. http://127.0.0.1:8001 (default: first of POOL_SERVERS)")
-    p.add_argument("--name", help="worker name shown by `rq info` (default: server + host + pid)")
+    p.add_argument(
+        "--name", help="name prefix in `rq info` (default: the server's host-port); host and a random suffix follow"
+    )
     p.add_argument("--steps", help="comma-separated steps to take (default: every step the server's model serves)")
     p.add_argument("--inflight", type=int, help="forwards in flight to the server (default WORKERS, else MAX_SEQS)")
-    p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
+    p.add_argument("--burst", action="store_true", help="exit when the queues are empty (waits at most 30 s for Redis)")
     p.add_argument(
         "--metrics-port", type=int, help="serve Prometheus /metrics on this port (0: any free port; POOL_METRICS_PORT)"
     )
@@ -55,11 +58,20 @@ async def _main(argv: list[str] | None) -> int:
         await client.aclose()
         fail(str(e))
     inflight = a.inflight or s.workers or s.max_seqs  # keep the server's batch full
-    conn = Redis.from_url(s.redis_url, **s.redis_kwargs())
-    name = a.name or default_name(server)
+    conn = s.redis()
+    screen = screen_of(store, conn)
+    assert screen is not None  # the store was just claimed
+    name = unique_name(server, a.name)
     logging.getLogger("pool.worker").info(
-        "%s: steps %s via %s, %d in flight, %d items known", name, steps, server, inflight, items.items.num_rows
+        "%s: screen %s, steps %s via %s, %d in flight, %d items known",
+        name,
+        screen.id,
+        steps,
+        server,
+        inflight,
+        items.items.num_rows,
     )
+    timing = Timing(s.lease_s, s.heartbeat_s, s.rescue_s, s.job_max_failures)
     w = Worker(
         name=name,
         server=server,
@@ -68,7 +80,9 @@ async def _main(argv: list[str] | None) -> int:
         items=items,
         store=store,
         frames_dir=s.frames_dir,
-        conn=conn,
+        screen=screen,
+        link=RedisLink(s.redis_where(), min(s.wait_redis_s, 30.0) if a.burst else s.wait_redis_s, name),
+        timing=timing,
         client=client,
         max_inflight=inflight,
         metrics_port=a.metrics_port if a.metrics_port is not None else s.metrics_port,

@@ -10,16 +10,17 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import signal
 import socket
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from redis import Redis
 from rq import Worker as RQWorker
 from rq.serializers import JSONSerializer
 
@@ -29,12 +30,13 @@ from pool_queue.frames import FrameError, video_dir
 from pool_queue.items import ItemSet
 from pool_queue.plan import MAX_ITEM_RUNS
 from pool_queue.protocol import Protocol
-from pool_queue.queue import enqueue_followup, step_queue
+from pool_queue.queue import Screen
 from pool_queue.rows import Row
 from pool_queue.store import SegmentWriter, Store
 
 from .client import ServerMisconfigured, VLLMClient
 from .metrics import Metrics
+from .redis_link import RedisGone, RedisLink
 from .screen import Identity, Item, Screener
 
 log = logging.getLogger("pool.worker")
@@ -61,7 +63,9 @@ class Worker:
         items: ItemSet,
         store: Store,
         frames_dir: Path,
-        conn: Redis,
+        screen: Screen,
+        link: RedisLink,
+        timing: leases.Timing,
         client: VLLMClient,
         max_inflight: int,
         poll_s: float = 0.5,
@@ -75,11 +79,14 @@ class Worker:
         self.by_id = items.by_id
         self.store = store
         self.frames_dir = frames_dir
-        self.conn = conn
+        self.screen = screen
+        self.conn = screen.conn
+        self.link = link
+        self.timing = timing
         self.client = client
         self.max_inflight = max_inflight
         self.poll_s = poll_s
-        self.queues = [step_queue(conn, s) for s in sorted(steps, reverse=True)]  # later steps first
+        self.queues = [screen.queue(s) for s in sorted(steps, reverse=True)]  # later steps first
         self.inflight = asyncio.Semaphore(max_inflight)
         spec = protocol.steps[steps[0]]
         self.screener = Screener(
@@ -101,7 +108,11 @@ class Worker:
         self.metrics_url: str | None = None
         self.last_error: str | None = None
         self.recent: deque[tuple[float, int, int]] = deque(maxlen=64)  # (time, items, forwards) per beat
-        self.rq = RQWorker([q.name for q in self.queues], name=name, connection=conn, serializer=JSONSerializer)
+        # RQ's view of us (`rq info`): its key outlives a kill by worker_ttl + 60 s at most
+        ttl = max(10, int(3 * timing.heartbeat_s))
+        self.rq = RQWorker(
+            [q.name for q in self.queues], name=name, connection=self.conn, serializer=JSONSerializer, worker_ttl=ttl
+        )
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
@@ -110,7 +121,11 @@ class Worker:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal)
-        await asyncio.to_thread(self.rq.register_birth)
+        try:
+            await self.link.call(self.rq.register_birth)
+        except RedisGone as e:
+            log.error("%s: %s", self.name, e)
+            return 4
         if self.metrics_port is not None:
             port = self.metrics.serve(self.metrics_port)
             self.metrics_url = f"http://{socket.gethostname()}:{port}/metrics"
@@ -127,9 +142,9 @@ class Worker:
                     self.more.clear()
                     await _first(self.more.wait(), self.stopping.wait())
                     continue
-                lease = await asyncio.to_thread(leases.claim, self.conn, self.queues, self.name)
+                lease = await self._claim()
                 if lease is None:
-                    if burst and not runs and not await asyncio.to_thread(self._others_running):
+                    if burst and not runs and not await self._work_left():
                         break
                     await _first(self.stopping.wait(), asyncio.sleep(self.poll_s))
                     continue
@@ -138,28 +153,43 @@ class Worker:
                 runs.add(t)
                 t.add_done_callback(runs.discard)
             log.info("%s: stopping: finishing %d job(s) in flight", self.name, len(runs))
-            if runs:
+            if runs:  # each job ends its own lease: acknowledged, failed or given back
                 await asyncio.gather(*runs, return_exceptions=True)
         finally:
             for t in side:
                 t.cancel()
-            for lease in list(self.active.values()):
-                await asyncio.to_thread(leases.release, self.conn, lease)
-            await asyncio.to_thread(self.rq.register_death)
+            await self.link.attempt(self.rq.register_death)  # our name is free again at once
             with contextlib.suppress(Exception):
-                await asyncio.to_thread(presence.withdraw, self.conn, self.name)
+                await self.link.attempt(presence.withdraw, self.conn, self.name)
             for w in self.writers.values():
                 w.close()
             self._log_progress()
         if self.fatal is not None:
             log.error("%s: stopped: %s", self.name, self.fatal)
-            return 3
+            return 4 if isinstance(self.fatal, RedisGone) else 3
         return 0
 
-    def _others_running(self) -> bool:
-        """Jobs of our queues held by other workers: a burst worker waits, their lease may expire."""
-        running = sum(q.started_job_registry.count for q in self.queues)  # counting re-queues expired leases
-        return running > 0 or any(q.count for q in self.queues)
+    async def _claim(self) -> leases.Lease | None:
+        try:
+            return await self.link.call(leases.claim, self.screen, self.queues, self.name, self.timing.lease_s)
+        except RedisGone as e:
+            self._stop(e)
+        except Exception as e:  # never let one odd job or reply end the worker
+            log.exception("%s: taking a job failed; going on", self.name)
+            self.last_error = f"claim: {type(e).__name__}: {e}"[:300]
+        return None
+
+    async def _work_left(self) -> bool:
+        """Jobs of our queues waiting or held by other workers: a burst worker waits, their lease may expire."""
+        try:
+            return await self.link.call(self.screen.busy, self.steps)
+        except RedisGone as e:
+            self._stop(e)
+            return False
+
+    def _stop(self, why: BaseException) -> None:
+        self.fatal = why
+        self.stopping.set()
 
     def _on_signal(self) -> None:
         if self.stopping.is_set():
@@ -170,32 +200,43 @@ class Worker:
     # ---- one job --------------------------------------------------------------------------------
 
     async def _run_job(self, lease: leases.Lease) -> None:
-        step = lease.step
-        ids = lease.item_ids
+        step, ids = lease.payload.step, lease.payload.items
         try:
             skip = await asyncio.to_thread(self._already_final, step, ids) if lease.redelivered else set()
             todo = [i for i in ids if i not in skip]
             n_fw = self.protocol.steps[step].n_orders
             self.backlog += n_fw * len(todo)
             rows = await asyncio.gather(*(self._screen(step, i, n_fw) for i in todo))
-            if self.fatal is not None:
+            if self.fatal is not None and not isinstance(self.fatal, RedisGone):
                 raise self.fatal
             dumped = [r.model_dump(mode="json") for r in rows]
             await asyncio.to_thread(self._writer(step).write, dumped)  # on disk before the ack
             follow = self._survivors(step, rows) + (await asyncio.to_thread(self._stored_survivors, step, skip))
-            await asyncio.to_thread(self._ack, lease, step, follow)
+            nxt = step + 1 if step < 3 else None
+            await self.link.call(leases.finish, self.screen, lease, follow, nxt)
             self.count.jobs += 1
             self.metrics.jobs.inc()
-        except ServerMisconfigured as e:
-            self.fatal = e
-            self.stopping.set()
-            return  # the lease is released in run()'s cleanup: the job goes back untouched
+        except ServerMisconfigured as e:  # no item is at fault: the job goes back untouched
+            self._stop(e)
+            await self._end(leases.give_back, self.conn, lease)
+        except RedisGone as e:  # rows are on disk; the lease expires and the job is re-run, skipping them
+            self._stop(e)
         except Exception as e:
-            log.exception("%s: job %s failed; it returns to the queue when its lease expires", self.name, lease.job.id)
-            self.last_error = f"job {lease.job.id}: {type(e).__name__}: {e}"[:300]
+            reason = f"{type(e).__name__}: {e}"
+            self.last_error = f"job {lease.job.id}: {reason}"[:300]
+            log.exception("%s: job %s raised (run %d)", self.name, lease.job.id, lease.failures + 1)
+            final = await self._end(leases.fail, self.conn, lease, reason, self.name, self.timing.max_failures)
+            if final:
+                log.error("%s: job %s failed %d times: in the failed registry", self.name, lease.job.id, lease.failures)
+        finally:
             self.active.pop(lease.job.id, None)
-            return
-        self.active.pop(lease.job.id, None)
+
+    async def _end(self, fn: Callable[..., bool], *args: object) -> bool:
+        try:
+            return await self.link.call(fn, *args)
+        except RedisGone as e:
+            self._stop(e)
+            return False
 
     async def _screen(self, step: int, item_id: str, n_fw: int) -> Row:
         try:
@@ -277,23 +318,18 @@ class Worker:
         ids = ok.column("item_id").to_pylist()
         return self._eligible_next(step, [(i, self._item(i).video_id) for i in ids if i in self.by_id])
 
-    def _ack(self, lease: leases.Lease, step: int, follow: list[str]) -> None:
-        if step < 3:
-            enqueue_followup(self.conn, step + 1, follow, lease.job.id)
-        leases.finish(self.conn, lease)
-
     # ---- background -----------------------------------------------------------------------------
 
     async def _heartbeats(self) -> None:
         while True:
-            await asyncio.sleep(leases.HEARTBEAT_S)
+            await asyncio.sleep(self.timing.heartbeat_s)
             try:
-                await asyncio.to_thread(self._beat)
-            except Exception as e:  # Redis briefly away: keep working, leases have slack
+                await self.link.attempt(self._beat)  # Redis away: the outage is logged once, leases have slack
+            except Exception as e:
                 log.warning("%s: heartbeat failed: %s", self.name, e)
 
     def _beat(self) -> None:
-        leases.heartbeat(self.conn, list(self.active.values()))
+        leases.heartbeat(self.conn, list(self.active.values()), self.timing.lease_s)
         self.rq.heartbeat()
         self.rq.set_state("busy" if self.active else "idle")
         presence.publish(self.conn, self.snapshot())
@@ -305,6 +341,7 @@ class Worker:
         dt = now - t0
         return presence.WorkerSnapshot(
             name=self.name,
+            screen=self.screen.id,
             server=self.server,
             steps=self.steps,
             host=socket.gethostname(),
@@ -329,9 +366,9 @@ class Worker:
 
     async def _rescue_loop(self) -> None:
         while True:
-            await asyncio.sleep(3 * leases.HEARTBEAT_S)
+            await asyncio.sleep(self.timing.rescue_s)
             try:
-                n = await asyncio.to_thread(leases.rescue, self.conn, self.queues)
+                n = await self.link.attempt(leases.rescue, self.conn, self.queues)
                 if n:
                     log.warning("%s: re-queued %d abandoned job(s)", self.name, n)
             except Exception as e:
@@ -372,6 +409,8 @@ async def _first(*aws: object) -> None:
                 await t
 
 
-def default_name(server: str) -> str:
-    host = server.split("://", 1)[-1].rstrip("/").replace(":", "-")
-    return f"{host}.{socket.gethostname()}.{os.getpid()}"
+def unique_name(server: str, name: str | None) -> str:
+    """`<name or server>.<host>.<random>`: a restarted worker never waits for its dead self's key to expire,
+    and the prefix still tells which server a worker feeds."""
+    prefix = name or server.split("://", 1)[-1].rstrip("/").replace(":", "-")
+    return f"{prefix}.{socket.gethostname()}.{secrets.token_hex(3)}"

@@ -23,7 +23,7 @@ from ..plan import eligible
 from ..procs import Procs, free_port, wait_health
 from ..progress import console
 from ..protocol import Protocol
-from ..queue import busy
+from ..queue import screen_of
 from ..store import Store
 from ..synth import SynthConfig, generate
 from . import enqueue
@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> None:
         for i, url in enumerate(sims):
             procs.start(f"worker-{i}", [sys.executable, "-m", "workers.main", "--server", url, *common])
         con.print(f"workers started (logs in {log_dir}); screening...")
-        conn = Redis.from_url(redis_url)
+        screen = screen_of(store, Redis.from_url(redis_url))
+        assert screen is not None  # the store was claimed above
         item_set = load_items(a.root / "items")
         items = item_set.items
         frames = a.root / "frames" / "pool_frames"
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
                 for name, proc in procs.children.items():
                     if proc.poll() is not None:
                         raise SystemExit(f"{name} exited with {proc.returncode}: see {log_dir / (name + '.log')}")
-                idle = idle + 1 if not busy(conn) else 0
+                idle = idle + 1 if not screen.busy((1, 2, 3)) else 0
         wall = time.monotonic() - t0
     t = Table("step", "done", "removed", "errors", "items/s", title=f"demo screen of {items.num_rows} items")
     for s in (1, 2, 3):

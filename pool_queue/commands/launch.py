@@ -12,18 +12,22 @@ from __future__ import annotations
 
 import signal
 import socket
+import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from huggingface_hub.errors import LocalEntryNotFoundError
-from redis import Redis
+from redis import RedisError
 
 from ..launch import Server, devices, log_name, plan_servers, server_argv, server_env, snapshot, steps_of
 from ..procs import Procs, wait_health
 from ..protocol import Protocol
-from ..queue import busy
+from ..queue import screen_of
+from ..store import Store
+from ..supervise import Supervisor
 from . import enqueue
 from ._cli import fail, parser, settings
 
@@ -106,32 +110,35 @@ def main(argv: list[str] | None = None) -> None:
         for step in [a.step] if a.step else [1, 2, 3]:  # a split runs every step: start (or resume) them all
             enqueue.main(["--step", str(step), *common])
         host = socket.gethostname()
+        store = Store(s.results_dir, protocol.fingerprint, protocol.model_dump(mode="json"))
+        screen = screen_of(store, s.redis())
+        assert screen is not None  # enqueue stamped the results root
 
-        def start_worker(srv: Server) -> None:
+        def worker_starter(srv: Server) -> Callable[[], subprocess.Popen[bytes]]:
             wargv = [sys.executable, "-m", "workers.main", "--server", srv.url, *common]
             wargv += ["--name", f"{host}-{srv.name}", "--steps", ",".join(map(str, steps_of(srv.model)))]
             wargv += ["--metrics-port", str(s.port0 + 100 + srv.gpu)] + (["--burst"] if a.burst else [])
-            procs.start(log_name("client", tag, srv), wargv)
+            return lambda: procs.start(log_name("client", tag, srv), wargv)
 
+        sup = Supervisor(a.burst, lambda msg: print(msg, file=sys.stderr, flush=True))
         for srv in servers:
-            start_worker(srv)
-        workers = {log_name("client", tag, v): v for v in servers}
-        print(f"{len(workers)} worker(s) started; progress: pool-status --watch; logs in {logs}")
-        conn = Redis.from_url(s.redis_url, **s.redis_kwargs())
+            sup.add(log_name("client", tag, srv), worker_starter(srv))
+        print(f"{len(servers)} worker(s) started; progress: pool-status --watch; logs in {logs}")
         served = sorted({step for v in servers for step in steps_of(v.model)})
-        while not stop:
+
+        def work_left() -> bool:
+            try:
+                return screen.busy(served)
+            except RedisError:  # Redis away: its work is still there
+                return True
+
+        while not stop and sup.step(work_left):
             time.sleep(1)
-            done = [w for w in workers if procs.children[w].poll() is not None]
-            if len(done) < len(workers):
-                continue
-            if any(procs.children[w].returncode for w in done) or not busy(conn, served):
-                break
-            for w in done:  # a burst worker left while a chained step of ours still had work: again
-                procs.children.pop(w)
-                start_worker(workers[w])
-        for w in workers:  # SIGTERM: no new jobs, in-flight forwards finish, rows written, jobs acked
-            procs.children[w].send_signal(signal.SIGTERM)
-        codes = [procs.children[w].wait() for w in workers]
+        for proc in sup.running():  # SIGTERM: no new jobs, in-flight forwards finish, rows written, jobs acked
+            proc.send_signal(signal.SIGTERM)
+        for proc in sup.running():
+            proc.wait()
+        codes = sup.exit_codes()
     if a.step:
         enqueue.main(["--step", str(a.step), "--plan-only", *common])
     if any(codes):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 
-import redis
 from rich import box
 from rich.console import Console, Group
 from rich.live import Live
@@ -39,8 +38,10 @@ def _n(v: int | None) -> str:
 
 
 def render(st: RunStatus) -> Group:
+    at = st.at
     steps = Table(
-        box=box.SIMPLE_HEAD, title=f"pool-status  {st.results}  {time.strftime('%H:%M:%S', time.localtime(st.at))}"
+        box=box.SIMPLE_HEAD,
+        title=f"pool-status  {st.results}  screen {st.screen or '-'}  {time.strftime('%H:%M:%S', time.localtime(at))}",
     )
     for col in ("step", "eligible", "done", "%", "removed", "errors", "queued", "running", "/s 1m", "/s 5m", "ETA"):
         steps.add_column(col, justify="right", no_wrap=True)
@@ -61,6 +62,16 @@ def render(st: RunStatus) -> Group:
     parts: list[Table | str] = [steps]
     if st.redis_error:
         parts.append(f"[red]Redis unreachable: {st.redis_error}[/] (queue columns unknown)")
+    if st.failed:
+        title = f"{len(st.failed)} job(s) failed for good (pool-enqueue --retry-failed)"
+        failed = Table(box=box.SIMPLE_HEAD, title=title)
+        for col in ("step", "job", "reason"):
+            failed.add_column(col)
+        for f in st.failed[:10]:
+            failed.add_row(str(f.step), f.job_id, f.reason.strip().splitlines()[-1][:100] if f.reason.strip() else "")
+        parts.append(failed)
+    if st.other_screens:
+        parts.append(f"other screens in this Redis: {', '.join(st.other_screens)}")
     workers = Table(box=box.SIMPLE_HEAD, title=f"{len(st.workers)} worker(s)")
     for col in ("worker", "server", "steps", "items/s", "in flight", "server", "errors", "last error"):
         workers.add_column(col)
@@ -98,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
         items = load_items(s.items_dir)
     except (StoreError, ItemsError) as e:
         fail(str(e))
-    conn = redis.Redis.from_url(s.redis_url, socket_timeout=5, **s.redis_kwargs())
+    conn = s.redis()
     reader = StatusReader(items, store, s.frames_dir, conn, probe_health=not a.no_health)
     if a.json:
         print(reader.read().model_dump_json(indent=2))

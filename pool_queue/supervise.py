@@ -1,0 +1,101 @@
+"""Keep workers running: one that exits unexpectedly is started again, with backoff, and logged.
+
+Exit codes 2 and 3 mean the worker's configuration is wrong (bad arguments, a server serving the
+wrong model): starting it again cannot help, so it stays down and says why in its log. Every
+other exit (a crash, SIGKILL, Redis gone past its wait) is restarted after 1, 2, 4 ... 60 s; a
+worker that then ran for `healthy_s` starts over at 1 s. Under `burst`, exit 0 means "no work
+left": the worker is started again only while chained work of ours still shows up.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+FATAL = (2, 3)
+
+
+@dataclass
+class _Child:
+    start: Callable[[], subprocess.Popen[bytes]]
+    proc: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    restarts: int = 0
+    delay_s: float = 0.0
+    due: float | None = None  # when a restart is due
+    done: bool = False  # exited 0 under burst, or exited with a fatal code
+    codes: list[int] = field(default_factory=list)
+
+
+class Supervisor:
+    def __init__(
+        self,
+        burst: bool,
+        log: Callable[[str], None],
+        backoff_s: float = 1.0,
+        max_backoff_s: float = 60.0,
+        healthy_s: float = 120.0,
+    ) -> None:
+        self.burst = burst
+        self.log = log
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.healthy_s = healthy_s
+        self.children: dict[str, _Child] = {}
+
+    def add(self, name: str, start: Callable[[], subprocess.Popen[bytes]]) -> None:
+        child = _Child(start)
+        self.children[name] = child
+        self._start(child)
+
+    def _start(self, child: _Child) -> None:
+        child.proc = child.start()
+        child.started = time.monotonic()
+        child.due = None
+        child.done = False
+
+    def step(self, work_left: Callable[[], bool]) -> bool:
+        """Look after every worker once; False when none runs or will run again."""
+        now = time.monotonic()
+        for name, c in self.children.items():
+            if c.due is not None and now >= c.due:
+                c.restarts += 1
+                self.log(f"{name}: starting again (restart {c.restarts})")
+                self._start(c)
+            if c.proc is None or c.due is not None or c.done:
+                continue
+            rc = c.proc.poll()
+            if rc is None:
+                continue
+            c.codes.append(rc)
+            if rc in FATAL:
+                self.log(f"{name}: exited with {rc} (a configuration error; see its log): not restarted")
+                c.done = True
+            elif rc == 0 and self.burst:
+                c.done = True
+            else:
+                ran = now - c.started
+                c.delay_s = self.backoff_s if ran >= self.healthy_s or not c.delay_s else c.delay_s * 2
+                c.delay_s = min(c.delay_s, self.max_backoff_s)
+                c.due = now + c.delay_s
+                self.log(f"{name}: exited unexpectedly with {rc} after {ran:.0f} s; restarting in {c.delay_s:.0f} s")
+        idle = [c for c in self.children.values() if c.done and c.codes and c.codes[-1] == 0]
+        if idle and len(idle) == sum(not (c.done and c.codes[-1] in FATAL) for c in self.children.values()):
+            if not work_left():
+                return False
+            for c in idle:  # a burst worker left while a chained step of ours still had work: again
+                self._start(c)
+        return any(not c.done for c in self.children.values())
+
+    def running(self) -> list[subprocess.Popen[bytes]]:
+        return [c.proc for c in self.children.values() if c.proc is not None and c.proc.poll() is None]
+
+    def exit_codes(self) -> list[int]:
+        """Each worker's last exit code (after the caller stopped the running ones)."""
+        out = []
+        for c in self.children.values():
+            rc = c.proc.poll() if c.proc is not None and c.due is None and not c.done else None
+            out.append(rc if rc is not None else (c.codes[-1] if c.codes else 0))
+        return out

@@ -1,0 +1,80 @@
+"""Redis from the worker's event loop: calls run in a thread, and an outage is waited out, not fatal.
+
+While Redis is away the worker keeps its in-flight forwards going and its rows on disk; the calls
+that need Redis (take a job, acknowledge one) wait here and go on once it answers again. One line
+is logged when an outage begins and one when it ends; past `wait_s` the worker gives up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import redis
+
+T = TypeVar("T")
+log = logging.getLogger("pool.worker")
+OUTAGE = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+
+
+class RedisGone(RuntimeError):
+    """Redis did not answer for longer than the worker is willing to wait."""
+
+
+class RedisLink:
+    def __init__(self, where: str, wait_s: float, who: str) -> None:
+        self.where = where
+        self.wait_s = wait_s
+        self.who = who
+        self.down_since: float | None = None
+
+    @property
+    def up(self) -> bool:
+        return self.down_since is None
+
+    async def call(self, fn: Callable[..., T], *args: object) -> T:
+        """`fn(*args)` in a thread, repeated while Redis is unreachable (up to `wait_s`)."""
+        pause = 0.2
+        while True:
+            try:
+                out = await asyncio.to_thread(fn, *args)
+            except OUTAGE as e:
+                self._down(e)
+                assert self.down_since is not None
+                if time.monotonic() - self.down_since > self.wait_s:
+                    raise RedisGone(f"Redis at {self.where} did not answer for {self.wait_s:.0f} s: {e}") from e
+                await asyncio.sleep(pause)
+                pause = min(2 * pause, 2.0)
+                continue
+            self._up()
+            return out
+
+    async def attempt(self, fn: Callable[..., T], *args: object) -> T | None:
+        """`fn(*args)` once; None while Redis is unreachable (heartbeats, presence: the next one will do)."""
+        try:
+            out = await asyncio.to_thread(fn, *args)
+        except OUTAGE as e:
+            self._down(e)
+            return None
+        self._up()
+        return out
+
+    def _down(self, e: Exception) -> None:
+        if self.down_since is None:
+            self.down_since = time.monotonic()
+            log.warning(
+                "%s: Redis at %s unreachable (%s); in-flight work goes on, rows stay on disk; waiting up to %.0f s",
+                self.who,
+                self.where,
+                type(e).__name__,
+                self.wait_s,
+            )
+
+    def _up(self) -> None:
+        if self.down_since is not None:
+            gone = time.monotonic() - self.down_since
+            log.warning("%s: Redis at %s is back after %.1f s", self.who, self.where, gone)
+            self.down_since = None
