@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -20,14 +21,27 @@ from pool_queue.store import Store
 P = Protocol()
 
 
+# Recovery settings compressed so that leases expire, heartbeats renew them and rescues run within seconds.
+FAST = {"POOL_LEASE_S": "3", "POOL_HEARTBEAT_S": "0.5", "POOL_RESCUE_S": "1"}
+
+
 class Stack:
-    def __init__(self, root: Path, procs: Procs) -> None:
+    def __init__(self, root: Path, procs: Procs, aof: bool = False) -> None:
         self.root = root
         self.procs = procs
-        self.redis_url = procs.redis(free_port(), root.parent / "redis")
+        self.aof = aof
+        self.redis_port = free_port()
+        self.redis_url = self.start_redis()
         self.conn = Redis.from_url(self.redis_url)
         self.store = Store(root / "results" / "pool", P.fingerprint)
         self.env = {"POOL_ROOT": str(root), "REDIS_URL": self.redis_url, "PYTHONUNBUFFERED": "1"}
+
+    def start_redis(self) -> str:
+        """Start (or restart, from its append-only file) the stack's Redis on its port."""
+        return self.procs.redis(self.redis_port, self.root.parent / "redis", aof=self.aof)
+
+    def kill_redis(self) -> None:
+        self.procs.stop(f"redis-{self.redis_port}", signal.SIGKILL)
 
     def sim(self, name: str, profile: str = "qwen3-vl-8b", *args: str, port: int | None = None) -> str:
         url = self.procs.sim(name, port or free_port(), "--profile", profile, *args)

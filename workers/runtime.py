@@ -108,11 +108,15 @@ class Worker:
         self.metrics_url: str | None = None
         self.last_error: str | None = None
         self.recent: deque[tuple[float, int, int]] = deque(maxlen=64)  # (time, items, forwards) per beat
-        # RQ's view of us (`rq info`): its key outlives a kill by worker_ttl + 60 s at most
-        ttl = max(10, int(3 * timing.heartbeat_s))
-        self.rq = RQWorker(
-            [q.name for q in self.queues], name=name, connection=self.conn, serializer=JSONSerializer, worker_ttl=ttl
-        )
+        self.rq: RQWorker  # made in run(): its constructor already talks to Redis
+
+    def _rq_worker(self) -> RQWorker:
+        """RQ's view of us (`rq info`): its key outlives a kill by worker_ttl + 60 s at most."""
+        ttl = max(10, int(3 * self.timing.heartbeat_s))
+        names = [q.name for q in self.queues]
+        w = RQWorker(names, name=self.name, connection=self.conn, serializer=JSONSerializer, worker_ttl=ttl)
+        w.register_birth()  # type: ignore[no-untyped-call]
+        return w
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
@@ -122,7 +126,7 @@ class Worker:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal)
         try:
-            await self.link.call(self.rq.register_birth)
+            self.rq = await self.link.call(self._rq_worker)
         except RedisGone as e:
             log.error("%s: %s", self.name, e)
             return 4

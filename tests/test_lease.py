@@ -1,0 +1,168 @@
+"""The job lifecycle (pool_queue.lease) against a real redis-server, one transition at a time."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from redis import Redis
+from rq import Worker
+from rq.job import Job, JobStatus
+from rq.registry import FailedJobRegistry, FinishedJobRegistry
+from rq.serializers import JSONSerializer
+
+from pool_queue import lease
+from pool_queue.procs import Procs, free_port
+from pool_queue.protocol import Protocol
+from pool_queue.queue import Screen, other_screens, screen_of
+from pool_queue.store import Store
+
+P = Protocol()
+IDS = [f"item-{i:03d}" for i in range(10)]
+
+
+@pytest.fixture()
+def redis_url(tmp_path: Path):
+    with Procs(tmp_path / "logs") as procs:
+        yield procs.redis(free_port(), tmp_path / "redis")
+
+
+def make_screen(root: Path, url: str) -> Screen:
+    store = Store(root, P.fingerprint, P.model_dump(mode="json"))
+    store.claim()
+    screen = screen_of(store, Redis.from_url(url))
+    assert screen is not None
+    return screen
+
+
+@pytest.fixture()
+def screen(tmp_path: Path, redis_url: str) -> Screen:
+    return make_screen(tmp_path / "results", redis_url)
+
+
+def take(screen: Screen, step: int = 1, lease_s: int = 30, name: str = "w") -> lease.Lease:
+    got = lease.claim(screen, [screen.queue(step)], name, lease_s)
+    assert got is not None
+    return got
+
+
+def rq_info(url: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "rq.cli", "info", "--url", url, "--serializer", "rq.serializers.JSONSerializer"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_every_field_written_is_readable_by_rq_and_rq_info(screen: Screen, redis_url: str) -> None:
+    screen.enqueue_chunks(1, IDS, 5)
+    w = Worker([screen.queue(1)], name="w.host.abc123", connection=screen.conn, serializer=JSONSerializer)
+    w.register_birth()
+    held = take(screen, name=w.name)
+    lease.heartbeat(screen.conn, [held], 30)
+    w.heartbeat()
+    job = Job.fetch(held.job.id, connection=screen.conn, serializer=JSONSerializer)  # parses every timestamp
+    assert job.get_status() == JobStatus.STARTED and job.last_heartbeat is not None
+    assert [x.name for x in Worker.all(connection=screen.conn)] == [w.name]
+    assert "1 executing, 0 finished, 0 failed" in rq_info(redis_url)
+    assert lease.finish(screen, held, ["item-000"], 2)
+    job = Job.fetch(held.job.id, connection=screen.conn, serializer=JSONSerializer)
+    assert job.get_status() == JobStatus.FINISHED and job.ended_at is not None
+    assert held.job.id in FinishedJobRegistry(queue=screen.queue(1)).get_job_ids()
+    follow = screen.payloads([screen.followup_id(2, held.job.id)])
+    assert [c.items for c in follow.values()] == [["item-000"]]
+    assert "0 executing, 1 finished, 0 failed" in rq_info(redis_url)
+
+
+def test_a_finished_job_back_on_its_queue_is_passed_over(screen: Screen) -> None:
+    screen.enqueue_chunks(1, IDS[:5], 5)
+    held = take(screen)
+    assert lease.finish(screen, held, [], 2)
+    screen.conn.rpush(screen.queue(1).key, held.job.id)  # the race of a re-created id
+    assert lease.claim(screen, [screen.queue(1)], "w2", 30) is None
+    q = screen.snapshot([1])[1]
+    assert q.pending == [] and held.job.get_status(refresh=True) == JobStatus.FINISHED
+
+
+def test_a_rescued_job_is_never_also_acknowledged(screen: Screen) -> None:
+    screen.enqueue_chunks(1, IDS[:5], 5)
+    held = take(screen, lease_s=1)
+    time.sleep(1.5)  # no heartbeat: the lease expires
+    assert lease.rescue(screen.conn, [screen.queue(1)]) == 1
+    assert screen.snapshot([1])[1].waiting == [held.job.id]
+    assert not lease.finish(screen, held, ["item-001"], 2)  # the late ack of the first run writes nothing...
+    assert held.job.get_status(refresh=True) == JobStatus.QUEUED
+    assert screen.snapshot([2])[2].waiting == [screen.followup_id(2, held.job.id)]  # ...but chains its rows
+    again = take(screen)
+    assert again.redelivered and again.job.id == held.job.id
+    assert lease.finish(screen, again, ["item-001"], 2)
+    assert len(screen.snapshot([2])[2].waiting) == 1  # the follow-up exists once
+
+
+def test_heartbeats_keep_a_job_past_its_lease(screen: Screen) -> None:
+    screen.enqueue_chunks(1, IDS[:5], 5)
+    held = take(screen, lease_s=2)
+    for _ in range(8):  # 4 s, twice the lease
+        time.sleep(0.5)
+        lease.heartbeat(screen.conn, [held], 2)
+        assert lease.rescue(screen.conn, [screen.queue(1)]) == 0
+    assert screen.snapshot([1])[1].running == [held.job.id]
+    assert lease.finish(screen, held, [], 2)
+
+
+def test_an_ack_after_redis_lost_everything_recreates_nothing(screen: Screen) -> None:
+    screen.enqueue_chunks(1, IDS[:5], 5)
+    held = take(screen)
+    screen.conn.flushall()
+    assert not lease.finish(screen, held, ["item-002"], 2)
+    assert not screen.conn.exists(held.job.key)
+    assert screen.snapshot([2])[2].waiting == [screen.followup_id(2, held.job.id)]
+
+
+def test_raising_runs_go_back_then_end_in_the_failed_registry(screen: Screen, redis_url: str) -> None:
+    screen.enqueue_chunks(1, IDS[:5], 5)
+    for run in range(1, 4):
+        held = take(screen)
+        final = lease.fail(screen.conn, held, f"KeyError: run {run}", "w", max_failures=3)
+        assert final == (run == 3)
+        assert held.failures == run
+    q = screen.snapshot([1])[1]
+    assert q.pending == [] and q.failed == {held.job.id: "KeyError: run 3"}
+    assert FailedJobRegistry(queue=screen.queue(1)).count == 1
+    assert "0 executing, 0 finished, 1 failed" in rq_info(redis_url)
+    assert screen.forget_failed(1) == 1 and screen.snapshot([1])[1].failed == {}
+
+
+def test_a_job_given_back_is_next_and_untouched(screen: Screen) -> None:
+    screen.enqueue_chunks(1, IDS, 5)
+    held = take(screen)
+    assert lease.give_back(screen.conn, held)
+    assert screen.snapshot([1])[1].waiting[0] == held.job.id
+    again = take(screen)
+    assert again.job.id == held.job.id and not again.redelivered
+
+
+def test_two_screens_share_a_redis_without_sharing_work(tmp_path: Path, redis_url: str) -> None:
+    a = make_screen(tmp_path / "a", redis_url)
+    b = make_screen(tmp_path / "b", redis_url)
+    assert a.id != b.id and a.job_id(1, IDS) != b.job_id(1, IDS)
+    a.enqueue_chunks(1, IDS, 5)
+    b.enqueue_chunks(1, IDS, 5)
+    assert lease.claim(b, [b.queue(1)], "wb", 30) is not None
+    assert {held.payload.screen for held in [take(a), take(a)]} == {a.id}
+    assert other_screens(a.conn, a.id) == [b.id]
+    a.conn.rpush(a.queue(1).key, b.job_id(1, IDS[5:]))  # a job of b's in a's queue: never run by a
+    while (held := lease.claim(a, [a.queue(1)], "wa", 30)) is not None:
+        assert held.payload.screen == a.id
+
+
+def test_one_root_is_one_screen_wherever_it_is_mounted(tmp_path: Path, redis_url: str) -> None:
+    a = make_screen(tmp_path / "results", redis_url)
+    (tmp_path / "mnt").symlink_to(tmp_path / "results")  # the same root under another path
+    assert make_screen(tmp_path / "mnt", redis_url).id == a.id

@@ -1,0 +1,188 @@
+"""Recovery with real processes under compressed time (3 s leases, 0.5 s heartbeats, 1 s rescues):
+workers killed after heartbeats mid-job, restarted at once under their name, Redis killed and
+restarted from its append-only file or away for longer than a lease, poison jobs, two screens on
+one Redis, and the supervisor that pool-launch uses."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from rq.job import Job
+from rq.serializers import JSONSerializer
+from stack import FAST, Stack, expected
+
+from pool_queue.procs import Procs
+from pool_queue.queue import ChunkJob
+from pool_queue.supervise import Supervisor
+
+LEASE_S, RESCUE_S = int(FAST["POOL_LEASE_S"]), float(FAST["POOL_RESCUE_S"])
+
+
+@pytest.fixture()
+def stack(pool_root, tmp_path):
+    with Procs(tmp_path / "logs") as procs:
+        yield Stack(pool_root, procs, aof=True)
+
+
+def cli(stack: Stack, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **stack.env}
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+
+
+def readers_work(stack: Stack) -> dict:
+    """rq info, pool-status --json and pool-enqueue (the recovery) all answer; the status is returned."""
+    bin_ = Path(sys.executable).parent
+    serializer = "rq.serializers.JSONSerializer"
+    info = cli(stack, str(bin_ / "rq"), "info", "--url", stack.redis_url, "--serializer", serializer)
+    assert info.returncode == 0, info.stderr
+    st = cli(stack, str(bin_ / "pool-status"), "--json", "--no-health")
+    assert st.returncode == 0, st.stderr
+    enq = cli(stack, str(bin_ / "pool-enqueue"), "--step", "all")
+    assert enq.returncode == 0, enq.stderr
+    return json.loads(st.stdout)
+
+
+def running(stack: Stack, step: int = 1) -> dict[str, Job]:
+    """Jobs in the started registry, read without RQ's cleanup (which would rescue them itself)."""
+    ids = stack.screen.queue(step).started_job_registry.get_job_ids(cleanup=False)
+    return {j.id: j for j in Job.fetch_many(ids, connection=stack.conn, serializer=JSONSerializer) if j is not None}
+
+
+def age_s(job: Job) -> float:
+    return (datetime.now(UTC) - job.started_at.replace(tzinfo=UTC)).total_seconds()
+
+
+def assert_step1_complete(stack: Stack) -> None:
+    got = stack.winners(1)
+    want = expected(stack.root)[1]
+    assert {k: (r["status"], r["removed"]) for k, r in got.items()} == {k: ("ok", v[0]) for k, v in want.items()}
+
+
+def test_killed_mid_job_after_heartbeats_the_job_runs_again_within_the_bound(stack):
+    url = stack.sim("sim8", "qwen3-vl-8b", "--max-num-seqs", "2", "--speed", "0.3")
+    stack.enqueue(1, "--chunk-size", "120")
+    w = stack.worker("victim", url, "--steps", "1", "--inflight", "2", env=FAST)
+    deadline = time.monotonic() + 60
+    while not (jobs := running(stack)) or max(age_s(j) for j in jobs.values()) < 2.5 * LEASE_S:
+        assert time.monotonic() < deadline and w.poll() is None, stack.log("victim")
+        time.sleep(0.2)
+    status = readers_work(stack)  # mid-job, after many heartbeats: every reader answers
+    assert [x["name"].split(".")[0] for x in status["workers"]] == ["victim"]
+    assert set(running(stack)) == set(jobs)  # renewed leases: the readers' cleanup rescued nothing
+    w.send_signal(signal.SIGKILL)
+    w.wait()
+    killed_at = time.monotonic()
+    old = {jid: j.worker_name for jid, j in jobs.items()}
+    readers_work(stack)
+    stack.worker("victim", url, "--steps", "1", "--burst", env=FAST)  # restarted at once, same name
+    while not any(jid in (now := running(stack)) and now[jid].worker_name != old[jid] for jid in old):
+        assert time.monotonic() - killed_at < 60, stack.log("victim")
+        time.sleep(0.1)
+    back_s = time.monotonic() - killed_at
+    assert back_s <= LEASE_S + RESCUE_S + 2.0, back_s  # README: lease + one rescue pass
+    stack.wait_workers(["victim"], timeout=240)
+    log = stack.log("victim", tail=10**6)
+    assert "There exists an active worker" not in log
+    assert_step1_complete(stack)
+
+
+def test_redis_killed_restarted_from_aof_and_away_longer_than_a_lease(stack):
+    s8 = stack.sim("sim8", "qwen3-vl-8b", "--max-num-seqs", "8", "--speed", "2")
+    s2 = stack.sim("sim2", "qwen3-vl-2b", "--speed", "20")
+    stack.enqueue(1, "--chunk-size", "16")
+    w8 = stack.worker("w8", s8, env=FAST)
+    w2 = stack.worker("w2", s2, env=FAST)
+    while stack.raw_count(1) < 40:
+        time.sleep(0.1)
+    stack.kill_redis()  # kill -9, then back from its append-only file
+    time.sleep(1.0)
+    stack.start_redis()
+    while stack.raw_count(1) < 120:
+        time.sleep(0.1)
+    stack.kill_redis()  # away for longer than a lease: leases expire, rescues re-queue running jobs
+    late = stack.worker("late", s8, "--steps", "1", env=FAST)  # started while Redis is down: it waits
+    time.sleep(3 * LEASE_S)
+    assert late.poll() is None and w8.poll() is None and w2.poll() is None
+    stack.start_redis()
+    deadline = time.monotonic() + 240
+    want = expected(stack.root)
+    while any(len(stack.winners(s)) < len(want[s]) for s in (1, 2, 3)):
+        assert time.monotonic() < deadline, stack.log("w8") + stack.log("w2")
+        assert all(p.poll() is None for p in (w8, w2, late)), stack.log("w8") + stack.log("late")
+        time.sleep(0.5)
+    for p in (w8, w2, late):
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(60) == 0
+    for name in ("w8", "w2"):
+        log = stack.log(name, tail=10**7)
+        assert log.count("unreachable") == 2 and log.count("is back after") == 2, log[-3000:]
+    assert "unreachable" in stack.log("late", tail=10**7) and stack.log("late", tail=10**7).count("is back after") == 1
+    for step in (1, 2, 3):
+        got = stack.winners(step)
+        assert {k: r["removed"] for k, r in got.items()} == {k: v[0] for k, v in want[step].items()}
+        assert all(r["status"] == "ok" for r in got.values())
+    assert stack.queued() == 0
+    assert readers_work(stack)["steps"][0]["remaining"] == 0
+
+
+def test_a_poison_job_ends_in_the_failed_registry_and_runs_again_on_request(stack):
+    url = stack.sim("sim8", "qwen3-vl-8b", "--zero-latency")
+    stack.enqueue(1, "--limit", "0")  # stamps the root: the screen exists
+    screen = stack.screen
+    poison = ChunkJob(screen=screen.id, step=9, items=["x"])  # a step this protocol does not have
+    q = screen.queue(1)
+    q.enqueue_many([q.prepare_data("workers.tasks.screen_chunk", kwargs=poison.model_dump(), job_id="poison")])
+    stack.enqueue(1)
+    stack.worker("w", url, "--steps", "1", "--burst", env=FAST)
+    stack.wait_workers(["w"])  # never crash-loops: exits 0 when the queue is empty
+    assert len(stack.winners(1)) == 240
+    status = readers_work(stack)
+    assert [(f["job_id"], f["reason"]) for f in status["failed"]] == [("poison", "KeyError: 9")]
+    assert status["steps"][0]["failed_jobs"] == 1
+    assert stack.log("w", tail=10**6).count("raised (run") == 3
+    again = cli(stack, str(Path(sys.executable).parent / "pool-enqueue"), "--step", "1", "--retry-failed")
+    assert again.returncode == 0 and "1 failed job(s) will run again" in again.stderr, again.stderr
+
+
+def test_two_screens_share_one_redis(stack, tmp_path):
+    url = stack.sim("sim8", "qwen3-vl-8b", "--zero-latency")
+    other = tmp_path / "other-results"
+    stack.enqueue(1, "--limit", "100")
+    stack.enqueue(1, "--results", str(other), "--limit", "100")
+    stack.worker("mine", url, "--steps", "1", "--burst", env=FAST)
+    stack.worker("theirs", url, "--steps", "1", "--burst", "--results", str(other), env=FAST)
+    stack.wait_workers(["mine", "theirs"])
+    from pool_queue.store import Store
+
+    theirs = Store(other, stack.store.fingerprint)
+    for store, name in ((stack.store, "mine"), (theirs, "theirs")):
+        rows = store.read_rows(1, store.index(1))
+        assert len(rows) == 100 and {r["worker"].split(".")[0] for r in rows} == {name}
+    status = readers_work(stack)
+    assert status["screen"] == stack.screen.id and len(status["other_screens"]) == 1
+
+
+def test_supervisor_restarts_with_backoff_and_leaves_configuration_errors(tmp_path):
+    marker = tmp_path / "runs"
+    script = f"import pathlib, sys; p = pathlib.Path({str(marker)!r}); n = len(p.read_text()) if p.exists() else 0; "
+    script += "p.write_text('x' * (n + 1)); sys.exit(1 if n < 2 else 0)"
+    lines: list[str] = []
+    sup = Supervisor(burst=True, log=lines.append, backoff_s=0.2, max_backoff_s=1.0)
+    sup.add("crashy", lambda: subprocess.Popen([sys.executable, "-c", script]))
+    sup.add("misconfigured", lambda: subprocess.Popen([sys.executable, "-c", "raise SystemExit(2)"]))
+    t0 = time.monotonic()
+    while sup.step(lambda: False):
+        assert time.monotonic() - t0 < 30
+        time.sleep(0.05)
+    assert marker.read_text() == "xxx"  # crashed twice, restarted twice, then finished
+    assert sum("exited unexpectedly with 1" in x for x in lines) == 2
+    assert any("restarting in 0 s" in x for x in lines) and any("restart 2" in x for x in lines)
+    assert sum("configuration error" in x for x in lines) == 1 and sup.exit_codes() == [0, 2]
