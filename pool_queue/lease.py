@@ -55,9 +55,10 @@ class Lease:
     payload: ChunkJob
 
     @property
-    def redelivered(self) -> bool:
-        """A job some worker took before (it may have written rows for part of it)."""
-        return int(self.job.meta.get("taken", 1)) > 1
+    def check_store(self) -> bool:
+        """Some of its items may have rows already: a worker took it before, or it was enqueued while its
+        step had rows (a recovery beside running workers). Its items are checked against the store first."""
+        return int(self.job.meta.get("taken", 1)) > 1 or bool(self.job.meta.get("recheck"))
 
     @property
     def failures(self) -> int:
@@ -119,13 +120,20 @@ def _start(screen: Screen, job: Job, queue: Queue, worker_name: str, lease_s: in
 
 
 def heartbeat(conn: Redis, leases: list[Lease], lease_s: int) -> None:
+    """Renew the leases of jobs that still exist: a heartbeat never re-creates a job hash that was
+    deleted or flushed meanwhile (RQ could not read the stub it would leave)."""
     if not leases:
         return
-    with conn.pipeline() as p:
-        for lease in leases:
-            lease.execution.heartbeat(lease.job.started_job_registry, lease_s, pipeline=p)
-            lease.job.heartbeat(now(), lease_s, pipeline=p)
-        p.execute()
+
+    def txn(p: Pipeline) -> None:
+        there = [bool(p.exists(lease.job.key)) for lease in leases]
+        p.multi()
+        for lease, ok in zip(leases, there, strict=True):
+            if ok:
+                lease.execution.heartbeat(lease.job.started_job_registry, lease_s, pipeline=p)
+                lease.job.heartbeat(now(), lease_s, pipeline=p)
+
+    _transact(conn, txn, *(lease.job.key for lease in leases))
 
 
 def _transact(conn: Redis, fn: Callable[[Pipeline], T], *watch: str) -> T:

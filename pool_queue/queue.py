@@ -81,7 +81,7 @@ class Screen:
     def followup_id(self, step: int, parent_id: str) -> str:
         return f"{self.id}-s{step}-from-{hashlib.sha1(parent_id.encode()).hexdigest()[:24]}"
 
-    def _job_data(self, step: int, ids: list[str], job_id: str) -> object:
+    def _job_data(self, step: int, ids: list[str], job_id: str, recheck: bool = False) -> object:
         return Queue.prepare_data(
             JOB_FUNC,
             kwargs=ChunkJob(screen=self.id, step=step, items=ids).model_dump(),
@@ -89,12 +89,14 @@ class Screen:
             timeout=-1,
             result_ttl=RESULT_TTL_S,
             failure_ttl=FAILURE_TTL_S,
-            retry=Retry(max=ABANDON_RETRIES),
+            retry=Retry(max=ABANDON_RETRIES, enqueue_at_front=True),  # a rescued job runs next, not last
             description=f"step {step}: {len(ids)} items from {ids[0]}",
+            meta={"recheck": True} if recheck else None,
         )
 
-    def enqueue_chunks(self, step: int, item_ids: Sequence[str], chunk_size: int) -> int:
-        """Bulk-enqueue item ids as chunk jobs, in pipelines; returns the number of jobs created."""
+    def enqueue_chunks(self, step: int, item_ids: Sequence[str], chunk_size: int, recheck: bool = False) -> int:
+        """Bulk-enqueue item ids as chunk jobs, in pipelines; returns the number of jobs created. `recheck`:
+        workers may still be writing rows for these items (a recovery), so they check the store first."""
         q = self.queue(step)
         chunks = [list(item_ids[i : i + chunk_size]) for i in range(0, len(item_ids), chunk_size)]
         made = 0
@@ -106,7 +108,8 @@ class Screen:
                     p.hget(Job.key_for(jid), "status")
                 status = [s.decode() if isinstance(s, bytes) else s for s in p.execute()]
             # a job still waiting or running is not made twice; a finished or failed one may be
-            fresh = [self._job_data(step, c, j) for c, j, st in zip(batch, ids, status, strict=True) if st not in LIVE]
+            todo = [(c, j) for c, j, st in zip(batch, ids, status, strict=True) if st not in LIVE]
+            fresh = [self._job_data(step, c, j, recheck) for c, j in todo]
             if fresh:
                 with self.conn.pipeline() as p:
                     q.enqueue_many(fresh, pipeline=p)  # type: ignore[arg-type]

@@ -11,11 +11,10 @@ from pathlib import Path
 from redis import Redis
 
 from pool_queue.commands import enqueue
-from pool_queue.items import load_items
 from pool_queue.procs import Procs, free_port, wait_health
 from pool_queue.protocol import Protocol
 from pool_queue.queue import Screen, screen_of
-from pool_queue.sim.model import PROFILES, answer
+from pool_queue.sim.reference import expected  # noqa: F401  (the tests' reference)
 from pool_queue.store import Store
 
 P = Protocol()
@@ -83,30 +82,3 @@ class Stack:
 
     def queued(self) -> int:
         return sum(self.waiting(s) for s in (1, 2, 3))
-
-
-def expected(root: Path) -> dict[int, dict[str, tuple[bool, float]]]:
-    """A direct, queue-free computation of the protocol on the simulated model: step -> item -> (removed, margin)."""
-    items = load_items(root / "items").items
-    frames = root / "frames" / "pool_frames"
-    with_frames = {p.name for p in frames.iterdir() if p.is_dir()}
-    out: dict[int, dict[str, tuple[bool, float]]] = {1: {}, 2: {}, 3: {}}
-    for it in items.to_pylist():
-        alive = True
-        for step, prof in ((1, "qwen3-vl-8b"), (2, "qwen3-vl-8b"), (3, "qwen3-vl-2b")):
-            if not alive or (step == 2 and it["video_id"] not in with_frames):
-                break
-            n_img = 0
-            if step > 1:
-                n = sum(1 for p in (frames / it["video_id"]).iterdir() if p.suffix in (".jpg", ".png"))
-                n_img = len(P.frame_indices(step, n))
-            fws = []
-            for order in P.orders(step, it["item_id"], it["n_options"]):
-                text = P.prompt_text(it["question"], [it["options"][i] for i in order])
-                fws.append(
-                    P.judge_forward(answer(PROFILES[prof], text, n_img, 20), it["n_options"], order.index(it["gold"]))
-                )
-            removed = P.removed(step, fws)
-            out[step][it["item_id"]] = (removed, sum(f.margin for f in fws) / len(fws))
-            alive = not removed
-    return out

@@ -87,6 +87,7 @@ class Worker:
         self.max_inflight = max_inflight
         self.poll_s = poll_s
         self.queues = [screen.queue(s) for s in sorted(steps, reverse=True)]  # later steps first
+        self.all_queues = [screen.queue(s) for s in protocol.steps]
         self.inflight = asyncio.Semaphore(max_inflight)
         spec = protocol.steps[steps[0]]
         self.screener = Screener(
@@ -206,7 +207,7 @@ class Worker:
     async def _run_job(self, lease: leases.Lease) -> None:
         step, ids = lease.payload.step, lease.payload.items
         try:
-            skip = await asyncio.to_thread(self._already_final, step, ids) if lease.redelivered else set()
+            skip = await asyncio.to_thread(self._already_final, step, ids) if lease.check_store else set()
             todo = [i for i in ids if i not in skip]
             n_fw = self.protocol.steps[step].n_orders
             self.backlog += n_fw * len(todo)
@@ -334,6 +335,8 @@ class Worker:
 
     def _beat(self) -> None:
         leases.heartbeat(self.conn, list(self.active.values()), self.timing.lease_s)
+        if not self.conn.exists(self.rq.key):  # Redis lost its data (or our key expired): be seen again
+            self.rq.register_birth()  # type: ignore[no-untyped-call]
         self.rq.heartbeat()
         self.rq.set_state("busy" if self.active else "idle")
         presence.publish(self.conn, self.snapshot())
@@ -372,7 +375,8 @@ class Worker:
         while True:
             await asyncio.sleep(self.timing.rescue_s)
             try:
-                n = await self.link.attempt(leases.rescue, self.conn, self.queues)
+                n = await self.link.attempt(leases.rescue, self.conn, self.all_queues)  # not only ours: a step whose
+                # only worker died is rescued by the others
                 if n:
                     log.warning("%s: re-queued %d abandoned job(s)", self.name, n)
             except Exception as e:

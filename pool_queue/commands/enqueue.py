@@ -102,11 +102,12 @@ def _one_step(
         todo = todo[: a.limit]
     if not a.plan_only and todo and screen is not None:
         jobs = 0
+        has_rows = store.index(step).num_rows > 0  # a recovery: workers may be finishing some of these items
         step_items = BATCH * s.chunk_size
         with count_progress(f"enqueue step {step}", len(todo)) as advance:
             for i in range(0, len(todo), step_items):
                 part = todo[i : i + step_items]
-                jobs += screen.enqueue_chunks(step, part, s.chunk_size)
+                jobs += screen.enqueue_chunks(step, part, s.chunk_size, recheck=has_rows)
                 advance(len(part))
         con.print(
             f"enqueued {len(todo)} items as {jobs} jobs on {screen.queue_name(step)} "

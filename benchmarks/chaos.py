@@ -1,0 +1,333 @@
+"""A three-step screen under a seeded schedule of faults, checked against what lands.
+
+    python benchmarks/chaos.py --items 20000 --faults 40 --seed 7 [--baseline]
+
+Redis with an append-only file, two 8B and one 2B simulator, one worker per simulator kept alive by
+the supervisor pool-launch uses. Faults fire at seeded points of progress: kill -9 of a worker
+(after it heartbeated), of a simulator (back 1-3 s later on its port), of Redis (back from its
+append-only file), and FLUSHALL followed by the README's recovery (`pool-enqueue --step all`).
+Nothing else is done by hand. Checked at the end: every item has one settled row per step it
+reaches, removed and margin equal the queue-free reference, no two rows of an item disagree,
+`pool-audit --complete` is clean. Printed: faults, items lost, duplicate rows (agreeing and not),
+time from a worker's kill -9 to its jobs running again, wall time (and the fault-free run's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from _util import table
+from redis import Redis
+from rq.job import Job, JobStatus
+from rq.serializers import JSONSerializer
+
+from pool_queue.procs import Procs, free_port, wait_health
+from pool_queue.protocol import Protocol
+from pool_queue.queue import Screen, screen_of
+from pool_queue.sim.reference import expected
+from pool_queue.store import STEPS, Store
+from pool_queue.supervise import Supervisor
+from pool_queue.synth import SynthConfig, generate
+
+P = Protocol()
+BIN = Path(sys.executable).parent
+SIMS = {"sim8a": "qwen3-vl-8b", "sim8b": "qwen3-vl-8b", "sim2": "qwen3-vl-2b"}
+WORKERS = {"w8a": "sim8a", "w8b": "sim8b", "w2": "sim2"}
+
+
+@dataclass(frozen=True)
+class Config:
+    items: int = 2000
+    videos: int = 400
+    faults: int = 12
+    seed: int = 7
+    speed: float = 4.0  # simulated GPUs this many times faster than an H200
+    lease_s: int = 3
+    heartbeat_s: float = 0.5
+    rescue_s: float = 1.0
+    timeout_s: float = 600.0
+
+
+@dataclass
+class Report:
+    faults: list[str]
+    wall_s: float
+    items_lost: int = 0
+    wrong: int = 0  # settled rows whose removed or margin differ from the reference
+    dup_agreeing: int = 0
+    dup_disagreeing: int = 0
+    back_queued_s: list[float] = field(default_factory=list)  # kill -9 of a worker -> its jobs on a queue again
+    back_running_s: list[float] = field(default_factory=list)  # kill -9 of a worker -> its jobs running again
+    audit_ok: bool = False
+    audit_tail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not (self.items_lost or self.wrong or self.dup_disagreeing) and self.audit_ok
+
+
+@dataclass(eq=False)
+class Killed:
+    at: float
+    held: dict[str, str]  # job id -> the killed worker's name
+    queued: bool = False
+
+
+def schedule(cfg: Config) -> list[tuple[float, str]]:
+    """(fraction of all rows written, fault) pairs: at least one FLUSHALL, two Redis and two simulator kills."""
+    rng = random.Random(cfg.seed)
+    kinds = ["flushall", "redis", "redis", "sim", "sim"][: cfg.faults]
+    kinds += ["worker"] * (cfg.faults - len(kinds))
+    rng.shuffle(kinds)
+    at = sorted(rng.uniform(0.05, 0.85) for _ in kinds)
+    return list(zip(at, kinds, strict=True))
+
+
+class Chaos:
+    def __init__(self, cfg: Config, root: Path, procs: Procs) -> None:
+        self.cfg = cfg
+        self.root = root
+        self.procs = procs
+        self.rng = random.Random(cfg.seed + 1)
+        self.redis_port = free_port()
+        self.redis_url = self._redis()
+        self.conn = Redis.from_url(self.redis_url)
+        self.results = root / "results" / f"chaos-{cfg.faults}-{time.strftime('%Y%m%dT%H%M%S')}"
+        self.store = Store(self.results, P.fingerprint, P.model_dump(mode="json"))
+        self.env = {
+            **os.environ,
+            "POOL_ROOT": str(root),
+            "POOL_RESULTS": str(self.results),
+            "REDIS_URL": self.redis_url,
+            "PYTHONUNBUFFERED": "1",
+            "POOL_LEASE_S": str(cfg.lease_s),
+            "POOL_HEARTBEAT_S": str(cfg.heartbeat_s),
+            "POOL_RESCUE_S": str(cfg.rescue_s),
+        }
+        self.ports = {name: free_port() for name in SIMS}
+        self.urls = {name: self._sim(name) for name in SIMS}
+        self.sup = Supervisor(burst=False, log=lambda m: print(f"  supervisor: {m}", file=sys.stderr))
+        self.started: dict[str, float] = {}
+        self.down: list[tuple[float, str]] = []  # simulators to start again at a time
+        self.watch: list[Killed] = []
+        self.back_queued: list[float] = []  # seconds from a kill -9 until all its jobs were on a queue again
+        self.back_running: list[float] = []  # ... until all of them ran again (needs a worker with room)
+
+    def _redis(self) -> str:
+        return self.procs.redis(self.redis_port, self.root.parent / "chaos-redis", aof=True)
+
+    def _sim(self, name: str, wait: bool = True) -> str:
+        url = self.procs.sim(name, self.ports[name], "--profile", SIMS[name], "--speed", str(self.cfg.speed))
+        if wait:
+            wait_health(url, 30)
+        return url
+
+    def _worker(self, name: str) -> subprocess.Popen[bytes]:
+        self.started[name] = time.monotonic()
+        argv = [sys.executable, "-m", "workers.main", "--server", self.urls[WORKERS[name]], "--name", name]
+        return self.procs.start(name, argv, env=self.env)
+
+    def _cli(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        argv = (str(BIN / argv[0]), *argv[1:])
+        return subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=300)
+
+    @property
+    def screen(self) -> Screen:
+        screen = screen_of(self.store, self.conn)
+        assert screen is not None
+        return screen
+
+    def rows(self) -> int:
+        return sum(self.store.winners(s).num_rows for s in STEPS)
+
+    def run(self, want: dict[int, dict[str, tuple[bool, float]]]) -> Report:
+        enq = self._cli("pool-enqueue", "--step", "1")
+        assert enq.returncode == 0, enq.stderr
+        for name in WORKERS:
+            self.sup.add(name, lambda n=name: self._worker(n))  # type: ignore[misc]
+        total = sum(len(v) for v in want.values())
+        pending = schedule(self.cfg)
+        fired: list[str] = []
+        t0 = time.monotonic()
+        next_look = 0.0
+        while True:
+            now = time.monotonic()
+            assert now - t0 < self.cfg.timeout_s, f"not finished after {self.cfg.timeout_s:.0f} s: {fired}"
+            self.sup.step(lambda: True)
+            for due, name in [d for d in self.down if d[0] <= now]:
+                self.down.remove((due, name))
+                self._sim(name, wait=False)
+            self._track()
+            if now >= next_look:
+                next_look = now + 0.5
+                done = self.rows()
+                if pending and done >= pending[0][0] * total and (f := self._fire(pending[0][1])):
+                    fired.append(f)
+                    pending.pop(0)
+                if done >= total and not self.down and not self._busy():
+                    break
+            time.sleep(0.1)
+        wall = time.monotonic() - t0
+        for proc in self.sup.running():
+            proc.send_signal(signal.SIGTERM)
+        for proc in self.sup.running():
+            proc.wait(60)
+        return self._check(Report(fired, wall), want)
+
+    def _busy(self) -> bool:
+        try:
+            return self.screen.busy(STEPS)
+        except Exception:
+            return True
+
+    def _fire(self, kind: str) -> str | None:
+        if kind == "worker":
+            name = self.rng.choice(sorted(WORKERS))
+            proc = self.sup.children[name].proc
+            young = time.monotonic() - self.started[name] < 3 * self.cfg.heartbeat_s
+            if proc is None or proc.poll() is not None or young:
+                return None  # not up, or too young to have heartbeated: fire at the next look
+            held = self._held_by(name)
+            proc.send_signal(signal.SIGKILL)
+            self.watch.append(Killed(time.monotonic(), held))
+            return f"kill -9 {name} ({len(held)} jobs)"
+        if kind == "sim":
+            name = self.rng.choice(sorted(SIMS))
+            if name in {n for _, n in self.down}:
+                return None
+            self.procs.stop(name, signal.SIGKILL)
+            down_s = self.rng.uniform(1.0, 3.0)
+            self.down.append((time.monotonic() + down_s, name))
+            return f"kill -9 {name} ({down_s:.1f} s down)"
+        if kind == "redis":
+            self.procs.stop(f"redis-{self.redis_port}", signal.SIGKILL)
+            time.sleep(1.0)
+            self._redis()
+            return "kill -9 redis (AOF restart)"
+        self.conn.flushall()
+        rec = self._cli("pool-enqueue", "--step", "all")  # the README's recovery
+        assert rec.returncode == 0, rec.stderr
+        return "FLUSHALL + pool-enqueue --step all"
+
+    def _running(self) -> dict[str, Job]:
+        ids = [j for s in STEPS for j in self.screen.queue(s).started_job_registry.get_job_ids(cleanup=False)]
+        return {j.id: j for j in Job.fetch_many(ids, connection=self.conn, serializer=JSONSerializer) if j is not None}
+
+    def _held_by(self, name: str) -> dict[str, str]:
+        try:
+            return {jid: j.worker_name for jid, j in self._running().items() if j.worker_name.startswith(name + ".")}
+        except Exception:
+            return {}
+
+    def _track(self) -> None:
+        """A killed worker's jobs are back when each waits on its queue again (or already moved on), and
+        running again when each runs under another worker or has finished."""
+        if not self.watch:
+            return
+        try:
+            now_running = self._running()
+            waiting = {_text(j) for s in STEPS for j in self.conn.lrange(self.screen.queue(s).key, 0, -1)}
+        except Exception:
+            return  # Redis away for a moment: look again next time
+        for k in list(self.watch):
+            moved = {
+                jid: ((job := now_running.get(jid)) is not None and job.worker_name != old)
+                or (job is None and self._status(jid) == JobStatus.FINISHED)
+                for jid, old in k.held.items()
+            }
+            if not k.queued and all(m or jid in waiting for jid, m in moved.items()):
+                k.queued = True
+                self.back_queued.append(time.monotonic() - k.at)
+            if all(moved.values()):
+                self.watch.remove(k)
+                self.back_running.append(time.monotonic() - k.at)
+
+    def _status(self, jid: str) -> JobStatus | None:
+        job = Job.fetch_many([jid], connection=self.conn, serializer=JSONSerializer)[0]
+        return job.get_status() if job is not None else None
+
+    def _check(self, rep: Report, want: dict[int, dict[str, tuple[bool, float]]]) -> Report:
+        rep.back_queued_s, rep.back_running_s = list(self.back_queued), list(self.back_running)
+        for step in STEPS:
+            got = {r["item_id"]: r for r in self.store.read_rows(step, self.store.winners(step))}
+            rep.items_lost += len(set(want[step]) - set(got))
+            for item, (removed, margin) in want[step].items():
+                r = got.get(item)
+                if r is None:
+                    continue  # counted as lost
+                if (r["status"], r["removed"]) != ("ok", removed) or abs(r["margin"] - margin) > 1e-9:
+                    rep.wrong += 1
+            seen: dict[str, tuple[object, ...]] = {}
+            for r in self.store.read_rows(step, self.store.index(step)):
+                key = (r["status"], r["removed"], r["pred"], r["margin"])
+                if r["item_id"] in seen:
+                    if seen[r["item_id"]] == key:
+                        rep.dup_agreeing += 1
+                    else:
+                        rep.dup_disagreeing += 1
+                seen.setdefault(r["item_id"], key)
+        audit = self._cli("pool-audit", "--complete")
+        rep.audit_ok = audit.returncode == 0
+        rep.audit_tail = (audit.stdout + audit.stderr)[-1500:]
+        return rep
+
+
+def run_chaos(cfg: Config, work: Path) -> Report:
+    root = work / "root"
+    if not (root / "items").exists():
+        generate(root, SynthConfig(n_items=cfg.items, n_videos=cfg.videos, seed=cfg.seed, frames=(8, 40)))
+    want = expected(root)
+    with Procs(work / f"logs-{cfg.faults}") as procs:
+        return Chaos(cfg, root, procs).run(want)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--items", type=int, default=20_000)
+    ap.add_argument("--videos", type=int)
+    ap.add_argument("--faults", type=int, default=40)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--speed", type=float, default=4.0)
+    ap.add_argument("--lease-s", type=int, default=3)
+    ap.add_argument("--baseline", action="store_true", help="also run without faults, for the wall-time ratio")
+    ap.add_argument("--workdir", type=Path, help="default: a temporary folder")
+    a = ap.parse_args()
+    work = a.workdir or Path(tempfile.mkdtemp(prefix="chaos-"))
+    base = Config(items=a.items, videos=a.videos or max(50, a.items // 5), seed=a.seed, speed=a.speed)
+    base = Config(**{**base.__dict__, "lease_s": a.lease_s, "faults": a.faults, "timeout_s": 3600.0})
+    runs = []
+    if a.baseline:
+        runs.append(("no faults", run_chaos(Config(**{**base.__dict__, "faults": 0}), work)))
+    runs.append((f"{a.faults} faults", run_chaos(base, work)))
+    for label, rep in runs:
+        print(f"{label}: " + "; ".join(rep.faults) if rep.faults else f"{label}: -", file=sys.stderr)
+    rows = []
+    for label, rep in runs:
+        q, r = rep.back_queued_s or [0.0], rep.back_running_s or [0.0]
+        audit = "clean" if rep.audit_ok else "PROBLEMS"
+        rows.append([label, len(rep.faults), rep.items_lost, rep.wrong, rep.dup_agreeing, rep.dup_disagreeing,
+                     f"{statistics.median(q):.1f}/{max(q):.1f}", f"{statistics.median(r):.1f}/{max(r):.1f}",
+                     rep.wall_s, audit])  # fmt: skip
+    print(f"chaos: {a.items} items, lease {a.lease_s} s, seed {a.seed}, workdir {work}")
+    print(table(["run", "faults", "lost", "wrong", "dup agree", "dup disagree", "queued again s (med/max)",
+                 "running again s (med/max)", "wall s", "audit"], rows))  # fmt: skip
+    if not all(rep.ok for _, rep in runs):
+        raise SystemExit(1)
+
+
+def _text(v: bytes | str) -> str:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+if __name__ == "__main__":
+    main()
