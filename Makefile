@@ -6,11 +6,24 @@ STAMP := $(VENV)/.installed
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
+# RQ: the newest release pip serves within the supported range; the oldest supported one gets its own
+# environment, where the job-lifecycle and recovery tests run again.
+RQ_RANGE := rq>=2.12,<4
+RQ_OLDEST := rq==2.12.0
+RQ_VENV := .venv-rq-oldest
+RQ_STAMP := $(RQ_VENV)/.installed
+
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q --upgrade '$(RQ_RANGE)'
 	touch $(STAMP)
+
+$(RQ_STAMP): pyproject.toml
+	$(PY) -m venv $(RQ_VENV)
+	$(RQ_VENV)/bin/pip install -q -e '.[dev]' '$(RQ_OLDEST)'
+	touch $(RQ_STAMP)
 
 $(VLLM_STAMP): tests/realvllm/requirements.txt
 	$(PY) -m venv $(VLLM_VENV)
@@ -23,9 +36,11 @@ $(VLLM_STAMP): tests/realvllm/requirements.txt
 demo: $(STAMP)
 	$(VENV)/bin/pool-demo
 
-test: $(STAMP) $(VLLM_STAMP)
+test: $(STAMP) $(VLLM_STAMP) $(RQ_STAMP)
 	$(VENV)/bin/ruff check .
 	POOL_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(VENV)/bin/pytest -q
+	$(RQ_VENV)/bin/python -c 'import rq; print("again on rq", rq.__version__)'
+	$(RQ_VENV)/bin/pytest -q tests/test_lease.py tests/test_recovery.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -71,6 +71,7 @@ def test_compose_redis_workers_producer_and_profiles(compose):
         w = svcs[f"worker-gpu{i}"]
         assert w["command"][w["command"].index("--server") + 1] == f"http://vllm-gpu{i}:8000"
         assert f"vllm-gpu{i}" in w["depends_on"] and w["environment"]["REDIS_URL"] == "redis://redis:6379/0"
+        assert w["restart"] == "unless-stopped"  # names get a random suffix: a restart is accepted at once
         ro = {v["target"]: v.get("read_only", False) for v in w["volumes"]}
         assert ro["/pool/items"] and ro["/pool/frames"] and not ro["/pool/results"]
     assert svcs["producer"]["command"][:2] == ["pool-enqueue", "--step"] and svcs["producer"]["restart"] == "no"
@@ -170,6 +171,31 @@ def test_run_remote_screens_a_pool_with_simulated_servers(pool_root, tmp_path):
         assert (logs / "vllm_s1_gpu0.log").exists() and (logs / "client_s1_gpu1.log").exists()
     store = Store(pool_root / "results" / "pool", P.fingerprint)
     assert store.winners(1).num_rows == 240 and store.winners(2).num_rows > 0  # step 2 chained on the 8B servers
+
+
+def test_launcher_restarts_a_worker_killed_mid_screen(pool_root, tmp_path):
+    with Procs(tmp_path / "procs") as procs:
+        redis_url = procs.redis(free_port(), tmp_path / "redis")
+        port0 = free_port()
+        env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(port0),
+               "POOL_LEASE_S": "3", "POOL_HEARTBEAT_S": "0.5", "POOL_RESCUE_S": "1"}  # fmt: skip
+        launch = subprocess.Popen(
+            [sys.executable, "-m", "pool_queue.commands.launch", "--step", "1", "--sim", "--sim-speed", "2", "--burst"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        store = Store(pool_root / "results" / "pool", P.fingerprint)
+        deadline = time.monotonic() + 120
+        while not store.segments(1) or store.index(1).num_rows < 40:
+            assert time.monotonic() < deadline and launch.poll() is None
+            time.sleep(0.2)
+        mine = f"workers.main --server http://127.0.0.1:{port0} "
+        pid = subprocess.run(["pgrep", "-f", mine], capture_output=True, text=True).stdout.split()
+        assert len(pid) == 1
+        os.kill(int(pid[0]), 9)
+        out, err = launch.communicate(timeout=300)
+    assert launch.returncode == 0, err[-3000:]
+    assert "exited unexpectedly with -9" in err and "starting again (restart 1)" in err, err[-3000:]
+    assert "REMAINING_TOTAL=0" in out and store.winners(1).num_rows == 240
 
 
 def test_launcher_explains_a_server_that_fails_to_start(pool_root, tmp_path):

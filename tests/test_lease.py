@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -166,3 +167,21 @@ def test_one_root_is_one_screen_wherever_it_is_mounted(tmp_path: Path, redis_url
     a = make_screen(tmp_path / "results", redis_url)
     (tmp_path / "mnt").symlink_to(tmp_path / "results")  # the same root under another path
     assert make_screen(tmp_path / "mnt", redis_url).id == a.id
+
+
+def test_a_worker_killed_between_taking_and_registering_a_job_loses_it_for_a_minute_at_most(
+    screen: Screen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import rq.intermediate_queue
+    from rq import Queue
+
+    screen.enqueue_chunks(1, IDS[:5], 5)
+    taken = Queue.dequeue_any([screen.queue(1)], None, connection=screen.conn, serializer=JSONSerializer)
+    assert taken is not None  # moved to RQ's intermediate list; the worker dies before registering it
+    assert lease.rescue(screen.conn, [screen.queue(1)]) == 0  # first seen now
+    real_now = rq.intermediate_queue.now
+    monkeypatch.setattr(rq.intermediate_queue, "now", lambda: real_now() + timedelta(seconds=59))
+    assert lease.rescue(screen.conn, [screen.queue(1)]) == 0
+    monkeypatch.setattr(rq.intermediate_queue, "now", lambda: real_now() + timedelta(seconds=61))
+    assert lease.rescue(screen.conn, [screen.queue(1)]) == 1  # RQ's one-minute rule, then back
+    assert take(screen).job.id == taken[0].id
