@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from pool_queue.frames import FrameEncoder, list_frames, video_dir
+from pool_queue.frames import FrameEncoder, list_frames, video_folder
 from pool_queue.items import load_items
 from pool_queue.protocol import Protocol
 from pool_queue.synth import SynthConfig, generate
@@ -36,7 +36,7 @@ def bodies(root: Path, step: int, items: list[dict[str, Any]]) -> list[bytes]:
     for it in items:
         urls: list[str] = []
         if P.steps[step].frames != "none":
-            d = video_dir(frames_dir, it["video_id"])
+            d = video_folder(frames_dir, it["video_id"])[0]
             frames = list_frames(d) if d else []
             urls = [enc.data_url(frames[i]) for i in P.frame_indices(step, len(frames))]
         for o in P.orders(step, it["item_id"], len(it["options"])):

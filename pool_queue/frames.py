@@ -1,74 +1,132 @@
-"""The frame cache `frames/pool_frames/<video_id>/`: listing, selection, 448-px JPEG preparation.
+"""The frame cache `frames/pool_frames/<video_id>/`: which videos have frames, listing, 448-px JPEGs.
 
-A `video_id` is resolved only after a check that it is a plain name, and the resolved path must
-sit inside the cache: no item can make a worker read outside it.
+One rule decides whether a video has a frame folder (`video_folder`), for the planner, the worker,
+status and audit alike. A `video_id` is used only after a check that it is a plain name, and links
+must resolve inside the cache: no item can make a worker read outside it.
 """
 
 from __future__ import annotations
 
 import base64
 import io
+import os
 import re
 from collections import OrderedDict
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 from PIL import Image, UnidentifiedImageError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
-_DIGITS = re.compile(r"(\d+)")
+MAX_ASPECT = 200  # Qwen-VL's image processor refuses a longer side over 200 times the shorter one
+DEFAULT_MAX_PIXELS = 50_000_000  # a frame larger than this is refused before it is decoded
+_DIGITS = re.compile(r"([0-9]+)")  # ASCII digits only: int() of any match succeeds
 
 
 class FrameError(ValueError):
-    """A frame file that cannot be used; the message names the file."""
+    """A frame file or folder that cannot be used; the message names it and says why."""
 
 
-def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in _DIGITS.split(name) if p)
+def natural_key(name: str) -> tuple[tuple[tuple[int, int | str], ...], str]:
+    """frame_2 before frame_10; total over any names (ties broken by the name itself)."""
+    return tuple((0, int(p)) if p.isdigit() and p.isascii() else (1, p) for p in _DIGITS.split(name) if p), name
 
 
-def video_dir(frames_dir: Path, video_id: str) -> Path | None:
-    """The frame folder of a video, or None when the video has no frames here (`k:`, missing)."""
+def video_folder(frames_dir: Path, video_id: str) -> tuple[Path | None, str]:
+    """The one rule for "this video has a frame folder", used by the planner, worker, status and
+    audit: (folder, "") or (None, why not). Never raises; never leaves the frame cache."""
     if video_id.startswith("k:"):
-        return None
+        return None, f"video {video_id!r} is not downloaded (k: id)"
     if not video_id or video_id in (".", "..") or any(c in video_id for c in "/\\\x00") or ".." in video_id:
-        raise FrameError(f"unsafe video_id {video_id!r}")
+        return None, f"unsafe video_id {video_id!r}"
+    if video_id.startswith("."):
+        return None, f"video folder {video_id!r} is hidden"
     d = frames_dir / video_id
-    if d.resolve().parent != frames_dir.resolve():
-        raise FrameError(f"video_id {video_id!r} resolves outside the frame cache")
-    return d if d.is_dir() else None
-
-
-def list_frames(d: Path) -> list[Path]:
-    """Image files directly inside a video folder, in natural order (frame_2 before frame_10)."""
-    files = [p for p in d.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()]
-    return sorted(files, key=lambda p: natural_key(p.name))
-
-
-def has_frames(frames_dir: Path, video_id: str) -> bool:
     try:
-        d = video_dir(frames_dir, video_id)
-    except FrameError:
-        return False
-    return d is not None and any(p.suffix.lower() in IMAGE_SUFFIXES for p in d.iterdir())
+        if d.is_symlink() and not d.resolve().is_relative_to(frames_dir.resolve()):
+            return None, f"video folder {video_id!r} is a link leading outside the frame cache"
+        if not d.is_dir():
+            return None, f"no frame folder for video {video_id!r} in {frames_dir}"
+    except OSError as e:  # a name too long for the filesystem, no permission, a loop of links
+        return None, f"frame folder of video {video_id[:80]!r} is unreadable ({e.strerror or e})"
+    return d, ""
 
 
-def prepare_jpeg(path: Path, long_side: int = 448, quality: int = 95) -> bytes:
-    """JPEG bytes with the long side exactly `long_side`; a conforming RGB JPEG passes unchanged."""
+def frame_videos(frames_dir: Path) -> pa.Array:
+    """Names of the video folders in the cache that pass `video_folder` (one listing, one check each)."""
+    if not frames_dir.is_dir():
+        return pa.array([], pa.string())
+    with os.scandir(frames_dir) as it:
+        names = [e.name for e in it]
+    return pa.array([n for n in names if video_folder(frames_dir, n)[0] is not None], pa.string())
+
+
+def list_frames(folder: Path, frames_dir: Path | None = None) -> list[Path]:
+    """Usable frames of a folder in natural order: image files, not hidden (`.x`, macOS `._x`), and
+    (for links) resolving inside the frame cache."""
+    inside = (frames_dir or folder.parent).resolve()
+    out = []
+    for p in folder.iterdir():
+        if p.name.startswith(".") or p.suffix.lower() not in IMAGE_SUFFIXES:
+            continue
+        try:
+            if not p.is_file() or (p.is_symlink() and not p.resolve().is_relative_to(inside)):
+                continue
+        except OSError:
+            continue
+        out.append(p)
+    return sorted(out, key=lambda p: natural_key(p.name))
+
+
+def find_frames(frames_dir: Path, video_id: str) -> list[Path]:
+    """A video's usable frames; FrameError naming the folder and the reason when there are none."""
+    folder, why = video_folder(frames_dir, video_id)
+    if folder is None:
+        raise FrameError(why)
+    try:
+        frames = list_frames(folder, frames_dir)
+    except OSError as e:
+        raise FrameError(f"{folder}: unreadable frame folder ({e.strerror or e})") from e
+    if not frames:
+        raise FrameError(f"{folder}: no usable frames (image files, not hidden, inside the frame cache)")
+    return frames
+
+
+def _to_rgb(im: Image.Image) -> Image.Image:
+    """8-bit RGB; 16- and 32-bit greys are scaled to 8 bits, not clipped (which turns them white)."""
+    if im.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
+        a = np.asarray(im).astype(np.float64)
+        top = 1.0 if im.mode == "F" and a.max(initial=0) <= 1.0 else 255.0 if a.max(initial=0) <= 255 else 65535.0
+        a = np.clip(np.rint(a * 255.0 / top), 0, 255).astype(np.uint8)
+        return Image.fromarray(a, "L").convert("RGB")
+    return im.convert("RGB")
+
+
+def prepare_jpeg(path: Path, long_side: int = 448, quality: int = 95, max_pixels: int = DEFAULT_MAX_PIXELS) -> bytes:
+    """JPEG bytes with the long side exactly `long_side`; a conforming RGB JPEG passes unchanged. A frame
+    that is unreadable, larger than `max_pixels`, or too elongated for the model is a FrameError."""
     try:
         raw = path.read_bytes()
         with Image.open(io.BytesIO(raw)) as im:
+            w, h = im.size
+            if w * h > max_pixels:
+                raise FrameError(f"{path}: {w}x{h} pixels, over the limit of {max_pixels:,} (POOL_MAX_FRAME_PIXELS)")
+            if min(w, h) < 1 or max(w, h) / min(w, h) > MAX_ASPECT:
+                raise FrameError(f"{path}: {w}x{h}: aspect ratio over {MAX_ASPECT} (the model refuses it)")
             if im.format == "JPEG" and im.mode == "RGB" and max(im.size) == long_side:
                 if not raw.rstrip(b"\x00").endswith(b"\xff\xd9"):
                     raise FrameError(f"{path}: truncated JPEG (no end marker)")
                 return raw
             im.load()
-            rgb = im.convert("RGB")
+            rgb = _to_rgb(im)
     except FrameError:
         raise
+    except Image.DecompressionBombError as e:
+        raise FrameError(f"{path}: refused as a decompression bomb ({e})") from e
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
         why = "not a recognised image file" if isinstance(e, UnidentifiedImageError) else str(e)
         raise FrameError(f"{path}: unreadable image ({why})") from e
-    w, h = rgb.size
     scale = long_side / max(w, h)
     size = (long_side, max(1, round(h * scale))) if w >= h else (max(1, round(w * scale)), long_side)
     out = io.BytesIO()
@@ -79,9 +137,12 @@ def prepare_jpeg(path: Path, long_side: int = 448, quality: int = 95) -> bytes:
 class FrameEncoder:
     """Data URLs of prepared frames, with a small LRU: neighbouring items often share a video."""
 
-    def __init__(self, long_side: int = 448, quality: int = 95, cache_size: int = 256) -> None:
+    def __init__(
+        self, long_side: int = 448, quality: int = 95, cache_size: int = 256, max_pixels: int = DEFAULT_MAX_PIXELS
+    ) -> None:
         self.long_side = long_side
         self.quality = quality
+        self.max_pixels = max_pixels
         self.cache_size = cache_size
         self._cache: OrderedDict[Path, str] = OrderedDict()
 
@@ -90,7 +151,8 @@ class FrameEncoder:
         if url is not None:
             self._cache.move_to_end(path)
             return url
-        url = "data:image/jpeg;base64," + base64.b64encode(prepare_jpeg(path, self.long_side, self.quality)).decode()
+        jpeg = prepare_jpeg(path, self.long_side, self.quality, self.max_pixels)
+        url = "data:image/jpeg;base64," + base64.b64encode(jpeg).decode()
         self._cache[path] = url
         if len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)

@@ -3,24 +3,16 @@ minus what Redis already holds. All set operations are pyarrow column operations
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .frames import frame_videos
 from .store import Store
 
 MAX_ITEM_RUNS = 3  # a later run re-attempts transient error rows until an item has this many
-
-
-def frame_videos(frames_dir: Path) -> pa.Array:
-    """Names of the video folders in the frame cache (one directory listing, not one stat per item)."""
-    if not frames_dir.is_dir():
-        return pa.array([], pa.string())
-    with os.scandir(frames_dir) as it:
-        return pa.array([e.name for e in it if e.is_dir()], pa.string())
 
 
 def survivors(store: Store, step: int) -> pa.Array:

@@ -17,15 +17,19 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 LN2 = math.log(2.0)
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 MAX_OPTIONS = len(LETTERS)
 
 
+class ProtocolError(ValueError):
+    """A protocol file that cannot be used; the message is one line naming the file and the field."""
+
+
 class StepSpec(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     model: str
     revision: str
@@ -37,7 +41,7 @@ class StepSpec(BaseModel):
 
 
 class Protocol(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")  # a misspelled key is an error, never a default
 
     name: str = "v1"
     question_template: str = "{question}\n{options}\n{instruction}"
@@ -94,7 +98,16 @@ class Protocol(BaseModel):
         """The built-in v1, or a protocol file (JSON) replacing it."""
         if path is None:
             return cls()
-        return cls.model_validate_json(path.read_text(encoding="utf-8"))
+        try:
+            return cls.model_validate_json(path.read_text(encoding="utf-8"))
+        except OSError as e:
+            raise ProtocolError(f"protocol file {path}: {e.strerror or e}") from e
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(x) for x in first["loc"]) or "(file)"
+            more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
+            what = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+            raise ProtocolError(f"protocol file {path}: {where}: {what}{more}") from e
 
     @cached_property
     def fingerprint(self) -> str:

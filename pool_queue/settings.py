@@ -53,6 +53,7 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(default=120.0, gt=0)
     retry_backoff_s: float = Field(default=0.5, ge=0, description="first retry's backoff; doubles per attempt")
     chunk_size: int = Field(default=64, ge=1, le=10_000)
+    max_frame_pixels: int = Field(default=50_000_000, ge=1, description="a larger frame is an error row, never decoded")
     metrics_port: int | None = Field(default=None, ge=0, le=65535, description="worker /metrics port; 0 = any")
 
     # Recovery: a dead worker's jobs are back within lease_s + rescue_s of its last heartbeat.

@@ -5,7 +5,16 @@ import shutil
 import pytest
 from PIL import Image
 
-from pool_queue.frames import FrameEncoder, FrameError, list_frames, natural_key, prepare_jpeg, video_dir
+from pool_queue.frames import (
+    FrameEncoder,
+    FrameError,
+    find_frames,
+    frame_videos,
+    list_frames,
+    natural_key,
+    prepare_jpeg,
+    video_folder,
+)
 from pool_queue.shards import ShardError, extract, verify
 
 
@@ -24,16 +33,44 @@ def test_natural_order_and_filtering(tmp_path):
     assert natural_key("a2") < natural_key("a10")
 
 
-def test_video_dir_never_escapes(tmp_path):
-    (tmp_path / "v1").mkdir()
-    assert video_dir(tmp_path, "v1") == tmp_path / "v1"
-    assert video_dir(tmp_path, "k:yt1") is None and video_dir(tmp_path, "missing") is None
-    for bad in ["..", "../x", "/etc", "a/b", "a\\b", "a\x00", "x..y", ""]:
-        with pytest.raises(FrameError):
-            video_dir(tmp_path, bad)
-    (tmp_path / "link").symlink_to("/tmp")
-    with pytest.raises(FrameError, match="outside"):
-        video_dir(tmp_path, "link")
+def test_one_folder_rule_never_escapes_and_always_says_why(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "v1").mkdir()
+    (tmp_path / "outside").mkdir()
+    (cache / "link-in").symlink_to(cache / "v1")
+    (cache / "link-out").symlink_to(tmp_path / "outside")
+    (cache / ".hidden").mkdir()
+    (cache / "file").write_bytes(b"x")
+    assert video_folder(cache, "v1") == (cache / "v1", "")
+    assert video_folder(cache, "link-in")[0] == cache / "link-in"
+    cases = {
+        "k:yt1": "not downloaded", "missing": "no frame folder", "link-out": "outside the frame cache",
+        ".hidden": "hidden", "file": "no frame folder", "x" * 300: "unreadable",
+        "..": "unsafe", "../x": "unsafe", "/etc": "unsafe", "a/b": "unsafe", "a\\b": "unsafe", "a\x00": "unsafe",
+        "x..y": "unsafe", "": "unsafe",
+    }  # fmt: skip
+    for vid, why in cases.items():
+        folder, reason = video_folder(cache, vid)
+        assert folder is None and why in reason, (vid, reason)
+    # the planner's scan applies exactly the same rule
+    assert sorted(frame_videos(cache).to_pylist()) == ["link-in", "v1"]
+
+
+def test_frames_listing_skips_hidden_links_out_and_sorts_any_name(tmp_path):
+    cache = tmp_path / "cache"
+    d = cache / "v"
+    d.mkdir(parents=True)
+    for name in ["frame_2.jpg", "frame_10.jpg", "._frame_1.jpg", ".frame_0.jpg", "\u00b21.jpg", "frame_\u0661.jpg"]:
+        (d / name).write_bytes(b"x")
+    (tmp_path / "secret.jpg").write_bytes(b"x")
+    (d / "frame_3.jpg").symlink_to(tmp_path / "secret.jpg")  # a link leading out of the cache
+    names = [p.name for p in list_frames(d, cache)]
+    assert names == ["frame_2.jpg", "frame_10.jpg", "frame_\u0661.jpg", "\u00b21.jpg"]
+    assert natural_key("\u00b21") != natural_key("1") and natural_key("a2") < natural_key("a10")
+    (cache / "empty").mkdir()
+    with pytest.raises(FrameError, match="no usable frames"):
+        find_frames(cache, "empty")
 
 
 @pytest.mark.parametrize(
@@ -112,3 +149,23 @@ def test_manifest_catches_one_changed_byte(small_root, tmp_path):
     shard.unlink()
     with pytest.raises(ShardError, match="missing shard"):
         verify(tar_dir, show=False)
+
+
+def test_bombs_and_degenerate_sizes_are_errors_naming_the_file(tmp_path):
+    big = save(tmp_path / "big.png", (3000, 3000), "PNG")
+    with pytest.raises(FrameError, match=r"big.png: 3000x3000 pixels, over the limit of 1,000,000"):
+        prepare_jpeg(big, max_pixels=1_000_000)
+    thin = save(tmp_path / "thin.png", (3000, 2), "PNG")
+    with pytest.raises(FrameError, match=r"thin.png: 3000x2: aspect ratio over 200"):
+        prepare_jpeg(thin)
+    assert prepare_jpeg(save(tmp_path / "ok.png", (2000, 10), "PNG"))  # 200:1 is still accepted
+
+
+@pytest.mark.parametrize(("mode", "value", "want"), [("I;16", 32896, 128), ("I;16", 65535, 255), ("I", 51400, 200),
+                                                     ("I", 77, 77), ("F", 0.5, 128), ("LA", 90, 90)])  # fmt: skip
+def test_deep_and_odd_modes_become_the_right_8_bit_grey(tmp_path, mode, value, want):
+    src = tmp_path / ("deep.tiff" if mode in ("I", "F") else "deep.png")
+    Image.new(mode, (64, 36), value).save(src)
+    with Image.open(io.BytesIO(prepare_jpeg(src))) as im:
+        px = im.getpixel((10, 10))
+    assert im.mode == "RGB" and all(abs(c - want) <= 1 for c in px), (mode, px)

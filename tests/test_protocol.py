@@ -1,10 +1,13 @@
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pool_queue.protocol import LN2, Forward, Protocol
+from pool_queue.protocol import LN2, Forward, Protocol, ProtocolError, StepSpec
 
 P = Protocol()
 
@@ -124,3 +127,59 @@ def test_protocol_file_roundtrip(tmp_path):
     assert all(sorted(o) == list(range(6)) for o in orders) and orders == q.orders(1, "item-1", 6)
     with pytest.raises(ValueError):
         Protocol(permutation="seeded", seeds=(1,))
+
+
+def test_every_rule_field_changes_the_fingerprint():
+    """Every field but served_name (the server's name for the model, not a rule) is in the fingerprint."""
+    base = Protocol()
+    changed = {
+        "name": "v2",
+        "question_template": "{question}\n\n{options}\n{instruction}",
+        "option_template": "({letter}) {text}",
+        "instruction": "Letter only.",
+        "assistant_prefill": "The answer is",
+        "permutation": "seeded",
+        "cyclic_shifts": (0, 2, 1, 3),
+        "seeds": (1, 2, 3, 4),
+        "image_long_side": 336,
+        "jpeg_quality": 90,
+        "top_logprobs": 10,
+        "margin_threshold": 0.5,
+    }
+    assert set(changed) | {"steps"} == set(Protocol.model_fields)
+    for key, value in changed.items():
+        extra = {"permutation": "seeded"} if key == "seeds" else {}
+        extra |= {"seeds": (1, 2, 3, 4)} if key == "permutation" else {}
+        assert Protocol(**{key: value, **extra}).fingerprint != base.fingerprint, key
+    spec_changes = {"model": "other/model", "revision": "r2", "frames": "uniform", "n_frames": 8, "n_orders": 2,
+                    "min_hits": 2}  # fmt: skip
+    assert set(spec_changes) | {"served_name"} == set(StepSpec.model_fields)
+    for key, value in spec_changes.items():
+        steps = dict(base.steps)
+        steps[2] = steps[2].model_copy(update={key: value})
+        assert Protocol(steps=steps).fingerprint != base.fingerprint, key
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ('{"instrucion": "x"}', "instrucion: unknown key"),
+        ('{"steps": {"1": {"model": "m", "revision": "r", "served_name": "m", "frames": "none", "n_order": 4}}}',
+         "steps.1.n_order: unknown key"),
+        ('{"permutation": "random"}', "permutation: Input should be"),
+        ("{not json", "(file)"),
+    ],
+)  # fmt: skip
+def test_a_broken_protocol_file_is_one_line_naming_the_key(tmp_path, text, says):
+    f = tmp_path / "proto.json"
+    f.write_text(text)
+    with pytest.raises(ProtocolError) as e:
+        Protocol.load(f)
+    assert says in str(e.value) and str(f) in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(ProtocolError, match="No such file"):
+        Protocol.load(tmp_path / "missing.json")
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "pool-status"), "--root", str(tmp_path), "--protocol-file", str(f)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and says in out.stderr, out.stderr

@@ -6,10 +6,9 @@ import asyncio
 import logging
 import sys
 
-from pool_queue.commands._cli import fail, parser, settings
+from pool_queue.commands._cli import fail, load_protocol, parser, settings
 from pool_queue.items import ItemsError, load_items
 from pool_queue.lease import Timing
-from pool_queue.protocol import Protocol
 from pool_queue.queue import screen_of
 from pool_queue.store import Store, StoreError
 
@@ -40,7 +39,7 @@ async def _main(argv: list[str] | None) -> int:
     server = a.server or (s.servers[0] if s.servers else None)
     if not server:
         fail("no server: pass --server URL or set POOL_SERVERS")
-    protocol = Protocol.load(s.protocol_file)
+    protocol = load_protocol(s)
     key = s.vllm_api_key.get_secret_value() if s.vllm_api_key else None
     client = VLLMClient(server, key, s.request_timeout_s, s.max_attempts, backoff_s=s.retry_backoff_s)
     try:
@@ -86,6 +85,7 @@ async def _main(argv: list[str] | None) -> int:
         client=client,
         max_inflight=inflight,
         metrics_port=a.metrics_port if a.metrics_port is not None else s.metrics_port,
+        max_frame_pixels=s.max_frame_pixels,
     )
     try:
         return await w.run(burst=a.burst)

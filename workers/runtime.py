@@ -26,7 +26,7 @@ from rq.serializers import JSONSerializer
 
 from pool_queue import lease as leases
 from pool_queue import presence
-from pool_queue.frames import FrameError, video_dir
+from pool_queue.frames import DEFAULT_MAX_PIXELS, video_folder
 from pool_queue.items import ItemSet
 from pool_queue.plan import MAX_ITEM_RUNS
 from pool_queue.protocol import Protocol
@@ -70,6 +70,7 @@ class Worker:
         max_inflight: int,
         poll_s: float = 0.5,
         metrics_port: int | None = None,
+        max_frame_pixels: int = DEFAULT_MAX_PIXELS,
     ) -> None:
         self.name = name
         self.server = server
@@ -96,6 +97,7 @@ class Worker:
             frames_dir,
             Identity(protocol.fingerprint, spec.model, spec.revision, server, name),
             self.inflight,
+            max_frame_pixels,
         )
         self.writers: dict[int, SegmentWriter] = {}
         self.active: dict[str, leases.Lease] = {}
@@ -298,10 +300,7 @@ class Worker:
         return {i for i, m in zip(ids, mask.to_pylist(), strict=True) if m}
 
     def _has_frames(self, video_id: str) -> bool:
-        try:
-            return video_dir(self.frames_dir, video_id) is not None
-        except FrameError:
-            return False
+        return video_folder(self.frames_dir, video_id)[0] is not None  # the planner's rule, exactly
 
     def _eligible_next(self, step: int, pairs: list[tuple[str, str]]) -> list[str]:
         if step >= 3:

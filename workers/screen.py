@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from pool_queue.frames import FrameEncoder, FrameError, list_frames, video_dir
+from pool_queue.frames import DEFAULT_MAX_PIXELS, FrameEncoder, FrameError, find_frames
 from pool_queue.protocol import LETTERS, Protocol
 from pool_queue.rows import ForwardRecord, Row
 
@@ -40,22 +40,25 @@ class Identity:
 
 class Screener:
     def __init__(
-        self, protocol: Protocol, client: VLLMClient, frames_dir: Path, who: Identity, inflight: asyncio.Semaphore
+        self,
+        protocol: Protocol,
+        client: VLLMClient,
+        frames_dir: Path,
+        who: Identity,
+        inflight: asyncio.Semaphore,
+        max_frame_pixels: int = DEFAULT_MAX_PIXELS,
     ) -> None:
         self.protocol = protocol
         self.client = client
         self.frames_dir = frames_dir
         self.who = who
         self.inflight = inflight
-        self.encoder = FrameEncoder(protocol.image_long_side, protocol.jpeg_quality)
+        self.encoder = FrameEncoder(protocol.image_long_side, protocol.jpeg_quality, max_pixels=max_frame_pixels)
         self.in_flight = 0  # forwards sent, not yet answered (for metrics and pool-status)
 
     def _images(self, step: int, item: Item) -> tuple[list[str], list[int], int]:
         """Data URLs of the step's frames (runs in a thread: decoding and resizing is CPU work)."""
-        d = video_dir(self.frames_dir, item.video_id)
-        frames = list_frames(d) if d is not None else []
-        if not frames:
-            raise FrameError(f"no frames for video {item.video_id!r} in {self.frames_dir}")
+        frames = find_frames(self.frames_dir, item.video_id)
         idx = self.protocol.frame_indices(step, len(frames))
         return [self.encoder.data_url(frames[i]) for i in idx], idx, len(frames)
 

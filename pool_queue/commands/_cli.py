@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from ..protocol import Protocol, ProtocolError
 from ..settings import Settings, load_settings
 
 
@@ -28,3 +29,11 @@ def settings(args: argparse.Namespace, **extra: object) -> Settings:
 def fail(msg: str, code: int = 2) -> NoReturn:
     print(f"error: {msg}", file=sys.stderr)
     raise SystemExit(code)
+
+
+def load_protocol(s: Settings) -> Protocol:
+    """The protocol in force (built-in v1 or --protocol-file); a broken file is one line and exit 2."""
+    try:
+        return Protocol.load(s.protocol_file)
+    except ProtocolError as e:
+        fail(str(e))

@@ -12,9 +12,8 @@ import sys
 
 from ..audit import Audit, Finding, run_audit
 from ..items import ItemsError, load_items
-from ..protocol import Protocol
 from ..settings import Settings
-from ._cli import fail, parser, settings
+from ._cli import fail, load_protocol, parser, settings
 
 
 def _lines(tag: str, found: list[Finding]) -> list[str]:
@@ -40,7 +39,7 @@ def audit_results(s: Settings, complete: bool = False) -> Audit:
         items = load_items(s.items_dir)
     except ItemsError as e:
         fail(str(e))
-    return run_audit(s.results_dir, Protocol.load(s.protocol_file), items, s.frames_dir, complete=complete)
+    return run_audit(s.results_dir, load_protocol(s), items, s.frames_dir, complete=complete)
 
 
 def main(argv: list[str] | None = None) -> None:

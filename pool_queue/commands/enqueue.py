@@ -20,11 +20,10 @@ from ..items import ItemsError, ItemSet, load_items
 from ..lease import rescue
 from ..plan import make_plan
 from ..progress import count_progress
-from ..protocol import Protocol
 from ..queue import BATCH, Screen, screen_of
 from ..settings import Settings
 from ..store import STEPS, Store, StoreError
-from ._cli import fail, parser, settings
+from ._cli import fail, load_protocol, parser, settings
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -39,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     s = settings(a, chunk_size=a.chunk_size)
     con = Console(stderr=True)
-    protocol = Protocol.load(s.protocol_file)
+    protocol = load_protocol(s)
     store = Store(s.results_dir, protocol.fingerprint, protocol.model_dump(mode="json"))
     try:
         store.check_stamp()

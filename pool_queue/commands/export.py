@@ -12,9 +12,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..protocol import Protocol
 from ..store import STEPS, Store, StoreError
-from ._cli import fail, parser, settings
+from ._cli import fail, load_protocol, parser, settings
 
 
 def export(store: Store, out: Path) -> dict[int, int]:
@@ -40,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, required=True, help="export folder (must not be the results root)")
     a = p.parse_args(argv)
     s = settings(a)
-    protocol = Protocol.load(s.protocol_file)
+    protocol = load_protocol(s)
     if a.out.resolve() == s.results_dir.resolve():
         fail("--out must differ from the results root")
     try:

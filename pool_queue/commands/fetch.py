@@ -14,9 +14,8 @@ from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
 from ..fetch import Hub, fetch_frames, fetch_items, fetch_models
 from ..items import ItemsError
-from ..protocol import Protocol
 from ..shards import ShardError
-from ._cli import fail, parser, settings
+from ._cli import fail, load_protocol, parser, settings
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -39,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
             n = fetch_frames(s.root / "frames_tar", s.frames_dir, hub, a.source)
             print(f"frames: {n:,} video folders in {s.frames_dir} (n_videos matches the manifest)")
         if a.models or everything:  # models always come through the hub cache (pre-fill it to run offline)
-            for name, path in fetch_models(Protocol.load(s.protocol_file), hub).items():
+            for name, path in fetch_models(load_protocol(s), hub).items():
                 print(f"model {name}: {path}")
     except (ItemsError, ShardError) as e:
         fail(str(e))

@@ -24,12 +24,11 @@ from redis import RedisError
 
 from ..launch import Server, devices, log_name, plan_servers, server_argv, server_env, snapshot, steps_of
 from ..procs import Procs, wait_health
-from ..protocol import Protocol
 from ..queue import screen_of
 from ..store import Store
 from ..supervise import Supervisor
 from . import enqueue
-from ._cli import fail, parser, settings
+from ._cli import fail, load_protocol, parser, settings
 
 OOM_HINTS = ("out of memory", "CUDA error: out of memory", "OutOfMemoryError", "No available memory for the cache")
 
@@ -71,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
             fail("--plan-only needs --step N")
         enqueue.main(["--step", str(a.step), "--plan-only", *common])
         return
-    protocol = Protocol.load(s.protocol_file)
+    protocol = load_protocol(s)
     try:
         servers = plan_servers(s, a.step, a.split, devices(s.ngpu, a.sim))
     except ValueError as e:

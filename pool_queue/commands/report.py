@@ -26,7 +26,7 @@ from ..report import (
     letters,
 )
 from ..store import Store, StoreError
-from ._cli import fail, parser, settings
+from ._cli import fail, load_protocol, parser, settings
 from .status import duration
 
 PLOTS = ("removal_by_benchmark.png", "margins.png", "letters.png")
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, help="report folder (default: <results root>/../report)")
     a = p.parse_args(argv)
     s = settings(a)
-    protocol = Protocol.load(s.protocol_file)
+    protocol = load_protocol(s)
     store = Store(s.results_dir, protocol.fingerprint)
     out = a.out or s.results_dir.parent / "report"
     try:

@@ -16,10 +16,9 @@ from rich.live import Live
 from rich.table import Table
 
 from ..items import ItemsError, load_items
-from ..protocol import Protocol
 from ..status import RunStatus, StatusReader
 from ..store import Store, StoreError
-from ._cli import fail, parser, settings
+from ._cli import fail, load_protocol, parser, settings
 
 
 def duration(s: float | None) -> str:
@@ -102,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-health", action="store_true", help="do not probe the servers' /health")
     a = p.parse_args(argv)
     s = settings(a)
-    protocol = Protocol.load(s.protocol_file)
+    protocol = load_protocol(s)
     store = Store(s.results_dir, protocol.fingerprint)
     try:
         store.check_stamp()
