@@ -7,10 +7,12 @@ one to name their reasons. Every rejected item lands in the report: nothing is d
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
@@ -34,6 +36,16 @@ ITEM_SCHEMA = pa.schema(
         ("n_options", pa.int16()),
     ]
 )
+RAW_SCHEMA = pa.schema(
+    [
+        *((c, pa.string()) for c in ("item_id", "benchmark", "video_id", "question")),
+        *((c, pa.string()) for c in ("answer", "gold", "answer_index", "answer_idx", "label")),
+        ("options", pa.list_(pa.string())),
+        ("_source", pa.string()),
+        ("_row", pa.int64()),
+    ]
+)
+_ID_IN_LINE = re.compile(r'"item_id"\s*:\s*"([^"]{1,200})"')
 REPORT_SCHEMA = pa.schema(
     [("item_id", pa.string()), ("source", pa.string()), ("row", pa.int64()), ("reason", pa.string())]
 )
@@ -63,52 +75,102 @@ def item_files(items_dir: Path) -> list[Path]:
     return files
 
 
-def _read(path: Path) -> pa.Table:
+def _read(path: Path) -> tuple[pa.Table, pa.Table]:
+    """A file's table (with `_row`: its row, or line for JSONL) and the lines rejected while reading."""
     try:
         if path.suffix == ".parquet":
-            return pq.read_table(path)
-        if path.suffix == ".csv":
-            opts = pacsv.ConvertOptions(
-                column_types={c: pa.string() for c in (*REQUIRED, "answer", "gold")}, strings_can_be_null=False
-            )
-            return pacsv.read_csv(path, convert_options=opts)
-        return pajson.read_json(path)
+            t = pq.read_table(path)
+        elif path.suffix == ".csv":
+            text = {c: pa.string() for c in (*REQUIRED, *GOLD_COLUMNS)}
+            t = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(column_types=text, strings_can_be_null=False))
+        else:
+            try:
+                t = pajson.read_json(path)
+            except pa.ArrowInvalid:  # a bad line, or a column whose type changes between lines
+                return _read_jsonl_lines(path)
     except (pa.ArrowInvalid, OSError) as e:
         raise ItemsError(f"{path}: cannot read item table: {e}") from e
+    return t.append_column("_row", pa.array(range(t.num_rows), pa.int64())), REPORT_SCHEMA.empty_table()
 
 
-def _options_column(col: pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
-    """Options as list<string>, plus a mask of rows whose options are not a list of strings."""
-    if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
-        arr = col.combine_chunks().cast(pa.list_(pa.string()))
-        return arr, pc.is_null(arr)
-    parsed: list[list[str] | None] = []
-    for s in col.to_pylist():  # JSON-encoded strings: the one per-row parse the format forces
+def _read_jsonl_lines(path: Path) -> tuple[pa.Table, pa.Table]:
+    """JSONL line by line: a line that is not a JSON object is one rejected item; the rest load."""
+    rows: list[dict[str, object]] = []
+    bad: list[dict[str, object]] = []
+    with open(path, "rb") as f:
+        for i, line in enumerate(f):
+            if not line.strip():
+                continue
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError as e:
+                obj, why = None, f"line {i + 1} is not valid JSON ({e})"
+            else:
+                why = f"line {i + 1} is not a JSON object"
+            if not isinstance(obj, dict):
+                found = _ID_IN_LINE.search(line.decode("utf-8", "replace"))
+                bad.append({"item_id": found.group(1) if found else "", "source": path.name, "row": i, "reason": why})
+                continue
+            rows.append({**obj, "_row": i})
+    cols: dict[str, list[object]] = {c: [r.get(c) for r in rows] for c in {k for r in rows for k in r}}
+    table = {c: pa.array([_scalar_text(v) for v in vals], pa.string()) for c, vals in cols.items() if c != "_row"}
+    if "options" in cols:
+        table["options"] = pa.array([_options_value(v) for v in cols["options"]], pa.list_(pa.string()))
+    table["_row"] = pa.array(cols.get("_row", []), pa.int64())
+    return pa.table(table), pa.Table.from_pylist(bad, schema=REPORT_SCHEMA)
+
+
+def _scalar_text(v: object) -> str | None:
+    """A JSON scalar as text (a number keeps its JSON spelling); lists, objects and booleans are not text."""
+    if isinstance(v, bool) or v is None or isinstance(v, list | dict):
+        return None
+    return str(v)
+
+
+def _options_value(v: object) -> list[str] | None:
+    if isinstance(v, str):
         try:
-            v = json.loads(s) if s is not None else None
-        except (TypeError, ValueError):
-            v = None
-        parsed.append(v if isinstance(v, list) and all(isinstance(x, str) for x in v) else None)
-    arr = pa.array(parsed, type=pa.list_(pa.string()))
-    return arr, pc.is_null(arr)
+            v = json.loads(v)
+        except ValueError:
+            return None
+    return v if isinstance(v, list) and all(isinstance(x, str) for x in v) else None
 
 
-def _gold_column(table: pa.Table, n_opts: pa.Array) -> tuple[pa.Array, pa.Array, str]:
-    """Gold as a 0-based index and a mask of rows whose gold is missing or out of range."""
-    name = next((c for c in GOLD_COLUMNS if c in table.column_names), None)
-    if name is None:
-        raise ItemsError(f"no gold answer column (one of {', '.join(GOLD_COLUMNS)})")
-    col = table.column(name).combine_chunks()
-    if pa.types.is_integer(col.type):
-        idx = col.cast(pa.int64())
-    else:
-        s = pc.utf8_trim_whitespace(col.cast(pa.string()))
-        letter_idx = pc.index_in(s, value_set=pa.array(list(LETTERS)))
-        is_digits = pc.match_substring_regex(s, r"^[0-9]{1,3}$")
-        digit_idx = pc.cast(pc.if_else(is_digits, s, None), pa.int64())
-        idx = pc.coalesce(letter_idx.cast(pa.int64()), digit_idx)
-    bad = pc.or_kleene(pc.is_null(idx), pc.or_kleene(pc.less(idx, 0), pc.greater_equal(idx, n_opts)))
-    return idx, pc.fill_null(bad, True), name
+def _options_column(col: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, pa.Array]:
+    """Options as list<string>, plus a mask of rows whose options are not a list of strings. One rule for
+    every format: a list of strings, natively or JSON-encoded in a text column; numbers are not options."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+        vt = arr.type.value_type
+        if pa.types.is_string(vt) or pa.types.is_large_string(vt) or pa.types.is_null(vt):
+            out = arr.cast(pa.list_(pa.string()))
+            return out, pc.is_null(out)
+        return pa.nulls(len(arr), pa.list_(pa.string())), pa.array([True] * len(arr), pa.bool_())
+    out = pa.array([_options_value(v) for v in arr.cast(pa.string()).to_pylist()], pa.list_(pa.string()))
+    return out, pc.is_null(out)
+
+
+def _gold_index(col: pa.Array) -> pa.Array:
+    """One rule for every format: a 0-based index (2, 2.0, "2", "2.0") or a capital letter ("C")."""
+    s = pc.utf8_trim_whitespace(col.cast(pa.string()))
+    letter = pc.index_in(s, value_set=pa.array(list(LETTERS))).cast(pa.int64())
+    is_num = pc.fill_null(pc.match_substring_regex(s, r"^-?[0-9]{1,3}(\.0*)?$"), False)
+    digits = pc.replace_substring_regex(pc.if_else(is_num, s, pa.scalar(None, pa.string())), r"\.0*$", "")
+    return pc.coalesce(letter, pc.cast(digits, pa.int64()))
+
+
+def _gold(table: pa.Table, n_opts: pa.Array) -> tuple[pa.Array, list[tuple[pa.Array, str]]]:
+    """Gold from the first gold column that has a value; checks: out of range, and columns that disagree."""
+    present = [c for c in GOLD_COLUMNS if c in table.column_names and table.column(c).null_count < table.num_rows]
+    idx = [(c, _gold_index(table.column(c).combine_chunks())) for c in present]
+    gold = pc.coalesce(*(i for _, i in idx)) if idx else pa.nulls(table.num_rows, pa.int64())
+    bad = pc.or_kleene(pc.is_null(gold), pc.or_kleene(pc.less(gold, 0), pc.greater_equal(gold, n_opts)))
+    name = "/".join(present) or "answer"
+    checks = [(pc.fill_null(bad, True), f"{name} missing or out of range")]
+    for k, (a, ia) in enumerate(idx):
+        for b, ib in idx[k + 1 :]:
+            checks.append((pc.fill_null(pc.not_equal(ia, ib), False), f"gold columns {a} and {b} disagree"))
+    return gold, checks
 
 
 def _unsafe_video_id(vid: pa.Array) -> pa.Array:
@@ -119,13 +181,14 @@ def _unsafe_video_id(vid: pa.Array) -> pa.Array:
 
 
 def validate(table: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """Split a raw table (REQUIRED columns + "answer") into valid items and rejections (source left empty)."""
+    """Split a canonical table (`_canonical`) into valid items and rejections (with `_source` and `_row`)."""
     n = table.num_rows
-    item_id = table.column("item_id").combine_chunks().cast(pa.string())
-    strings = {c: pc.utf8_trim_whitespace(table.column(c).combine_chunks().cast(pa.string())) for c in REQUIRED[:4]}
-    options, opt_bad = _options_column(table.column("options"))
+    strings = {c: pc.utf8_trim_whitespace(table.column(c).combine_chunks()) for c in REQUIRED[:4]}
+    item_id = strings["item_id"]  # duplicates are found on the id as it will be used: trimmed
+    options = table.column("options").combine_chunks()
+    opt_bad = pc.is_null(options)
     n_opts = pc.fill_null(pc.list_value_length(options), 0).cast(pa.int64())
-    gold, gold_bad, gold_name = _gold_column(table, n_opts)
+    gold, gold_checks = _gold(table, n_opts)
 
     flat = pc.list_flatten(options)
     empty_flat = pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(pc.fill_null(flat, ""))), 0)
@@ -137,14 +200,14 @@ def validate(table: pa.Table) -> tuple[pa.Table, pa.Table]:
         (pc.equal(pc.fill_null(pc.utf8_length(strings["item_id"]), 0), 0), "empty item_id"),
         (pc.equal(pc.fill_null(pc.utf8_length(strings["benchmark"]), 0), 0), "empty benchmark"),
         (pc.equal(pc.fill_null(pc.utf8_length(strings["question"]), 0), 0), "empty question"),
-        (_unsafe_video_id(table.column("video_id").combine_chunks().cast(pa.string())), "unsafe or empty video_id"),
+        (_unsafe_video_id(table.column("video_id").combine_chunks()), "unsafe or empty video_id"),
         (opt_bad, "options is not a list of strings"),
         (
             pc.and_(pc.invert(opt_bad), pc.or_(pc.less(n_opts, 2), pc.greater(n_opts, MAX_OPTIONS))),
             f"needs 2..{MAX_OPTIONS} options",
         ),
         (has_empty_opt, "empty option text"),
-        (pc.and_(pc.invert(opt_bad), gold_bad), f"{gold_name} missing or out of range"),
+        *((pc.and_(pc.invert(opt_bad), m), why) for m, why in gold_checks),
     ]
     counts = pa.table({"item_id": item_id}).group_by("item_id").aggregate([("item_id", "count")])
     dup_ids = pc.filter(counts.column("item_id"), pc.greater(counts.column("item_id_count"), 1))
@@ -157,12 +220,12 @@ def validate(table: pa.Table) -> tuple[pa.Table, pa.Table]:
 
     bad_rows = pc.indices_nonzero(any_bad).to_pylist()
     masks = [(m.to_numpy(zero_copy_only=False), why) for m, why in checks]
-    ids = item_id.to_pylist()
+    take = pa.array(bad_rows, pa.int64())
     report = pa.table(
         {
-            "item_id": [ids[r] for r in bad_rows],
-            "source": [""] * len(bad_rows),
-            "row": bad_rows,
+            "item_id": item_id.take(take),
+            "source": table.column("_source").take(take),
+            "row": table.column("_row").take(take),
             "reason": ["; ".join(why for m, why in masks if m[r]) for r in bad_rows],
         },
         schema=REPORT_SCHEMA,
@@ -183,35 +246,60 @@ def validate(table: pa.Table) -> tuple[pa.Table, pa.Table]:
     return items, report
 
 
+def _canonical(path: Path, t: pa.Table) -> pa.Table:
+    """One file's columns as the canonical raw schema, so that files of any writer concatenate; a column
+    that cannot be read as its type refuses the file, naming it and the column."""
+    missing = [c for c in REQUIRED if c not in t.column_names]
+    if missing:
+        raise ItemsError(f"{path}: missing column(s) {', '.join(missing)}")
+    if not any(c in t.column_names for c in GOLD_COLUMNS):
+        raise ItemsError(f"{path}: no gold answer column (one of {', '.join(GOLD_COLUMNS)})")
+    cols: dict[str, pa.Array] = {}
+    for c in (*REQUIRED[:4], *GOLD_COLUMNS):
+        if c not in t.column_names:
+            cols[c] = pa.nulls(t.num_rows, pa.string())
+            continue
+        try:
+            cols[c] = t.column(c).combine_chunks().cast(pa.string())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise ItemsError(f"{path}: column {c!r} is {t.column(c).type}, which cannot be read as text") from e
+    cols["options"] = _options_column(t.column("options"))[0]
+    cols["_source"] = pa.array([path.name] * t.num_rows, pa.string())
+    cols["_row"] = t.column("_row").combine_chunks()
+    return pa.table(cols, schema=RAW_SCHEMA)
+
+
 def load_items(items_dir: Path) -> ItemSet:
     """All item tables of a folder, validated together (an id duplicated across files is rejected)."""
-    raw: list[pa.Table] = []
+    tables, read_errors = [], []
     for path in item_files(items_dir):
-        t = _read(path)
-        missing = [c for c in REQUIRED if c not in t.column_names]
-        if missing:
-            raise ItemsError(f"{path}: missing column(s) {', '.join(missing)}")
-        gold_name = next((c for c in GOLD_COLUMNS if c in t.column_names), None)
-        if gold_name is None:
-            raise ItemsError(f"{path}: no gold answer column (one of {', '.join(GOLD_COLUMNS)})")
-        t = t.select([*REQUIRED, gold_name]).rename_columns([*REQUIRED, "answer"])
-        options, _ = _options_column(t.column("options"))
-        t = t.set_column(4, "options", options).set_column(5, "answer", t.column("answer").cast(pa.string()))
-        raw.append(t.append_column("_source", pa.array([path.name] * t.num_rows, pa.string())))
-    table = pa.concat_tables(raw)
-    items, report = validate(table.drop_columns(["_source"]))
-    if report.num_rows:
-        # name the file each rejected row came from, and its row within that file
-        offsets = [0]
-        for t in raw:
-            offsets.append(offsets[-1] + t.num_rows)
-        rows = report.column("row").to_pylist()
-        src, local = [], []
-        for r in rows:
-            f = next(i for i in range(len(raw)) if offsets[i] <= r < offsets[i + 1])
-            src.append(raw[f].column("_source")[0].as_py())
-            local.append(r - offsets[f])
-        report = report.set_column(1, "source", pa.array(src, pa.string())).set_column(
-            2, "row", pa.array(local, pa.int64())
-        )
-    return ItemSet(items=items, rejected=report, n_read=table.num_rows)
+        t, bad = _read(path)
+        tables.append(_canonical(path, t))
+        read_errors.append(bad)
+    table = pa.concat_tables(tables)
+    items, report = validate(table)
+    report = pa.concat_tables([*read_errors, report])
+    return ItemSet(items=items, rejected=report, n_read=table.num_rows + sum(b.num_rows for b in read_errors))
+
+
+def option_warnings(items: pa.Table) -> pa.Table:
+    """Valid items whose options may confuse the prompt: two equal option texts, or an option text holding
+    a line that looks like another option ("B. ...")."""
+    opts = items.column("options").combine_chunks()
+    flat = pc.utf8_trim_whitespace(pc.list_flatten(opts))
+    parent = pc.list_parent_indices(opts)
+    pairs = pa.table({"p": parent, "t": flat}).group_by(["p", "t"]).aggregate([("t", "count")])
+    dup = pc.unique(pc.filter(pairs.column("p"), pc.greater(pairs.column("t_count"), 1)))
+    lettered = pc.unique(pc.filter(parent, pc.match_substring_regex(flat, r"(^|\n)\s*[A-Z][.)]\s")))
+    ids = items.column("item_id")
+    return pa.concat_tables(
+        [
+            pa.table({"item_id": ids.take(dup), "warning": pa.array(["two options with the same text"] * len(dup))}),
+            pa.table(
+                {
+                    "item_id": ids.take(lettered),
+                    "warning": pa.array(["an option text holds a letter line (like 'B. ...')"] * len(lettered)),
+                }
+            ),
+        ]
+    )

@@ -4,7 +4,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pool_queue.items import ItemsError, load_items
+from pool_queue.items import ItemsError, load_items, option_warnings
 
 
 def write_jsonl(path, rows):
@@ -83,8 +83,78 @@ def test_unusable_file_is_a_clear_error(tmp_path):
         load_items(tmp_path / "nope")
 
 
-def test_mixed_types_in_one_jsonl_column_is_a_file_error(tmp_path):
+def test_a_bad_line_or_mixed_row_is_one_rejected_item_and_the_rest_load(tmp_path):
     (tmp_path / "items").mkdir()
-    write_jsonl(tmp_path / "items" / "a.jsonl", [{**OK, "item_id": "x"}, {**OK, "item_id": "y", "answer": 1}])
-    with pytest.raises(ItemsError, match=r"a\.jsonl: cannot read item table"):
-        load_items(tmp_path / "items")
+    lines = [
+        json.dumps({**OK, "item_id": "x"}),
+        json.dumps({**OK, "item_id": "y", "answer": 1}),  # answer types differ between lines
+        '{"item_id": "broken", "benchmark": ',  # cut off
+        json.dumps({**OK, "item_id": "z", "options": json.dumps(["p", "q"])}),  # the other options form
+        "[1, 2]",
+        "",
+        json.dumps({**OK, "item_id": 17}),  # a numeric id
+    ]
+    (tmp_path / "items" / "a.jsonl").write_text("\n".join(lines) + "\n")
+    s = load_items(tmp_path / "items")
+    assert sorted(s.items.column("item_id").to_pylist()) == ["17", "x", "y", "z"]
+    got = {(r["item_id"], r["row"]): r["reason"] for r in s.rejected.to_pylist()}
+    assert "line 3 is not valid JSON" in got[("broken", 2)] and got[("", 4)] == "line 5 is not a JSON object"
+    assert s.n_read == 6
+
+
+def test_types_are_unified_across_files_and_writers(tmp_path):
+    d = tmp_path / "items"
+    d.mkdir()
+    pq.write_table(pa.table({"item_id": pa.array([1, 2], pa.int64()), "benchmark": ["B", "B"], "video_id": ["v", "v"],
+                             "question": ["Q", "Q"], "options": [["a", "b"], ["a", "b"]], "answer": [0, 1]}),
+                   d / "ints.parquet")  # fmt: skip
+    big = pa.table({"item_id": pa.array(["L1"], pa.large_string()), "benchmark": pa.array(["B"], pa.large_string()),
+                    "video_id": pa.array(["v"], pa.large_string()), "question": pa.array(["Q"], pa.large_string()),
+                    "options": pa.array([["a", "b"]], pa.large_list(pa.large_string())), "answer": [1.0]})  # fmt: skip
+    pq.write_table(big, d / "polars.parquet")
+    (d / "c.csv").write_text('item_id,benchmark,video_id,question,options,answer\n3,B,v,Q,"[""a"", ""b""]",1.0\n')
+    numbers = pa.array([[1, 2]], pa.list_(pa.int64()))
+    pq.write_table(pa.table({"item_id": ["n"], "benchmark": ["B"], "video_id": ["v"], "question": ["Q"],
+                             "options": numbers, "answer": [0]}), d / "num.parquet")  # fmt: skip
+    s = load_items(d)
+    assert sorted(s.items.column("item_id").to_pylist()) == ["1", "2", "3", "L1"]
+    assert dict(zip(s.items.column("item_id").to_pylist(), s.items.column("gold").to_pylist(), strict=True)) == {
+        "1": 0, "2": 1, "3": 1, "L1": 1}  # fmt: skip
+    assert {r["item_id"]: r["reason"] for r in s.rejected.to_pylist()} == {"n": "options is not a list of strings"}
+    pq.write_table(pa.table({"item_id": ["s"], "benchmark": ["B"], "video_id": ["v"], "question": [{"a": 1}],
+                             "options": [["a", "b"]], "answer": [0]}), d / "struct.parquet")  # fmt: skip
+    with pytest.raises(ItemsError, match=r"struct.parquet: column 'question' is struct"):
+        load_items(d)
+
+
+def test_trimmed_duplicates_conflicting_gold_and_one_gold_rule(tmp_path):
+    (tmp_path / "items").mkdir()
+    rows = [
+        {**OK, "item_id": "ws-dup"},
+        {**OK, "item_id": " ws-dup "},
+        {**OK, "item_id": "both-agree", "gold": 1},
+        {**OK, "item_id": "both-differ", "gold": 2},
+        {**OK, "item_id": "float-str", "answer": "1.0"},
+        {**OK, "item_id": "float", "answer": 2.0},
+        {**OK, "item_id": "half", "answer": 1.5},
+    ]
+    write_jsonl(tmp_path / "items" / "a.jsonl", rows)
+    s = load_items(tmp_path / "items")
+    assert dict(zip(s.items.column("item_id").to_pylist(), s.items.column("gold").to_pylist(), strict=True)) == {
+        "both-agree": 1, "float-str": 1, "float": 2}  # fmt: skip
+    got = {(r["item_id"], r["row"]): r["reason"] for r in s.rejected.to_pylist()}
+    assert got[("ws-dup", 0)] == got[("ws-dup", 1)] == "duplicate item_id"
+    assert got[("both-differ", 3)] == "gold columns answer and gold disagree"
+    assert "out of range" in got[("half", 6)]
+
+
+def test_option_warnings_name_confusing_items(tmp_path):
+    (tmp_path / "items").mkdir()
+    rows = [{**OK, "item_id": "same", "options": ["cat", "dog", "cat "]},
+            {**OK, "item_id": "lettered", "options": ["red\nB. blue", "green"]}, {**OK, "item_id": "fine"}]  # fmt: skip
+    write_jsonl(tmp_path / "items" / "a.jsonl", rows)
+    w = option_warnings(load_items(tmp_path / "items").items)
+    assert {r["item_id"]: r["warning"] for r in w.to_pylist()} == {
+        "same": "two options with the same text",
+        "lettered": "an option text holds a letter line (like 'B. ...')",
+    }

@@ -1,4 +1,5 @@
-"""pool-items: load and validate the item table; print rejected items, optionally write them to a file."""
+"""pool-items: load and validate the item table; print rejected items (file, row or JSONL line, reason) and
+warnings about confusing options; optionally write the rejections to a file."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pyarrow.csv as pacsv
 from rich.console import Console
 from rich.table import Table
 
-from ..items import ItemsError, load_items
+from ..items import ItemsError, load_items, option_warnings
 from ._cli import fail, parser, settings
 
 
@@ -39,6 +40,12 @@ def main(argv: list[str] | None = None) -> None:
         con.print(r)
         reasons = pc.value_counts(rej.column("reason")).to_pylist()
         con.print("by reason: " + ", ".join(f"{d['values']}: {d['counts']}" for d in reasons))
+    warn = option_warnings(items.items)
+    if warn.num_rows:
+        w = Table("item_id", "warning", title=f"{warn.num_rows} warnings (screened anyway; check the prompt)")
+        for row in warn.slice(0, a.show).to_pylist():
+            w.add_row(repr(row["item_id"]), row["warning"])
+        con.print(w)
     if a.report is not None:
         pacsv.write_csv(rej, a.report)
         con.print(f"rejected items written to {a.report}")
