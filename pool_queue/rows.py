@@ -7,7 +7,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 Status = Literal["ok", "error"]
-ErrorKind = Literal["permanent", "transient"]
+# permanent: the server refused the request (HTTP 400, no logprobs); bad_input: the item's own data cannot
+# be used (frames, fields); transient: retries ran out; internal: a bug in pool-queue. The first two are
+# final; the last two are re-attempted by a later pool-enqueue until the item has MAX_ITEM_RUNS such rows.
+ErrorKind = Literal["permanent", "bad_input", "transient", "internal"]
+FINAL_ERRORS = ("permanent", "bad_input")
 
 
 class ForwardRecord(BaseModel):

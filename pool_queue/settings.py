@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     retry_backoff_s: float = Field(default=0.5, ge=0, description="first retry's backoff; doubles per attempt")
     chunk_size: int = Field(default=64, ge=1, le=10_000)
     max_frame_pixels: int = Field(default=50_000_000, ge=1, description="a larger frame is an error row, never decoded")
+    fault_items: Annotated[frozenset[str], NoDecode] = Field(
+        default_factory=frozenset, description="tests only: item ids whose screening raises inside the worker"
+    )
     metrics_port: int | None = Field(default=None, ge=0, le=65535, description="worker /metrics port; 0 = any")
 
     # Recovery: a dead worker's jobs are back within lease_s + rescue_s of its last heartbeat.
@@ -68,6 +71,11 @@ class Settings(BaseSettings):
         if self.heartbeat_s * 2 > self.lease_s:
             raise ValueError(f"heartbeat_s ({self.heartbeat_s}) must be at most half of lease_s ({self.lease_s})")
         return self
+
+    @field_validator("fault_items", mode="before")
+    @classmethod
+    def _split_items(cls, v: Any) -> Any:
+        return frozenset(x.strip() for x in v.split(",") if x.strip()) if isinstance(v, str) else v
 
     @field_validator("servers", mode="before")
     @classmethod

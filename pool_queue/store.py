@@ -27,6 +27,8 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from .rows import FINAL_ERRORS
+
 log = logging.getLogger(__name__)
 
 STAMP = "PROTOCOL.json"
@@ -157,14 +159,15 @@ class Store:
     def error_runs(self, step: int) -> pa.Table:
         """Per item, how many transient error rows it has (for the re-attempt limit)."""
         t = self.index(step)
-        t = t.filter(pc.and_(pc.equal(t.column("status"), "error"), pc.not_equal(t.column("error_kind"), "permanent")))
+        final = pc.is_in(t.column("error_kind"), value_set=pa.array(FINAL_ERRORS))
+        t = t.filter(pc.and_(pc.equal(t.column("status"), "error"), pc.invert(pc.fill_null(final, False))))
         return t.group_by("item_id").aggregate([("item_id", "count")]).rename_columns(["item_id", "runs"])
 
     def final_ids(self, step: int, max_item_runs: int) -> pa.Array:
-        """Items this step needs no more work on: ok, permanently failed, or out of re-attempts."""
+        """Items this step needs no more work on: ok, failed for good (refused, bad input), or out of re-attempts."""
         w = self.winners(step)
         st, kind = w.column("status"), pc.fill_null(w.column("error_kind"), "")
-        settled = pc.or_(pc.equal(st, "ok"), pc.equal(kind, "permanent"))
+        settled = pc.or_(pc.equal(st, "ok"), pc.is_in(kind, value_set=pa.array(FINAL_ERRORS)))
         done = pc.filter(w.column("item_id"), settled)
         runs = self.error_runs(step)
         spent = pc.filter(runs.column("item_id"), pc.greater_equal(runs.column("runs"), max_item_runs))

@@ -170,3 +170,25 @@ def test_worker_refuses_wrong_model(stack):
     w = stack.worker("picky", url)
     assert w.wait(30) == 2
     assert "none of the protocol's models" in stack.log("picky")
+
+
+def test_one_item_raising_inside_the_worker_costs_that_item_only(stack):
+    from rq.registry import FailedJobRegistry, FinishedJobRegistry
+
+    url = stack.sim("sim8", "qwen3-vl-8b", "--zero-latency")
+    stack.enqueue(1, "--chunk-size", "64")
+    q = stack.screen.snapshot([1])[1]
+    chunks = stack.screen.payloads(q.waiting)
+    victim = chunks[q.waiting[0]].items[10]
+    stack.worker("w", url, "--steps", "1", "--burst", env={"POOL_FAULT_ITEMS": victim})
+    stack.wait_workers(["w"])
+    got = stack.winners(1)
+    bad = [r for r in got.values() if r["status"] == "error"]
+    assert len(got) == 240 and [r["item_id"] for r in bad] == [victim]
+    assert bad[0]["error_kind"] == "internal" and "RuntimeError: injected fault" in bad[0]["error"]
+    assert stack.raw_count(1) == 240  # no forward sent twice, no row written twice
+    queue = stack.screen.queue(1)
+    assert sorted(FinishedJobRegistry(queue=queue).get_job_ids()) == sorted(q.waiting)  # each job once
+    assert FailedJobRegistry(queue=queue).count == 0 and "raised (run" not in stack.log("w", tail=10**6)
+    stack.enqueue(1)  # an internal error is re-attempted by a later run, like a transient one
+    assert stack.waiting(1) == 1

@@ -86,6 +86,7 @@ async def _main(argv: list[str] | None) -> int:
         max_inflight=inflight,
         metrics_port=a.metrics_port if a.metrics_port is not None else s.metrics_port,
         max_frame_pixels=s.max_frame_pixels,
+        fault_items=s.fault_items,
     )
     try:
         return await w.run(burst=a.burst)

@@ -71,6 +71,7 @@ class Worker:
         poll_s: float = 0.5,
         metrics_port: int | None = None,
         max_frame_pixels: int = DEFAULT_MAX_PIXELS,
+        fault_items: frozenset[str] = frozenset(),
     ) -> None:
         self.name = name
         self.server = server
@@ -98,6 +99,7 @@ class Worker:
             Identity(protocol.fingerprint, spec.model, spec.revision, server, name),
             self.inflight,
             max_frame_pixels,
+            fault_items,
         )
         self.writers: dict[int, SegmentWriter] = {}
         self.active: dict[str, leases.Lease] = {}
@@ -249,11 +251,14 @@ class Worker:
         try:
             row = await self.screener.screen(step, self._item(item_id))
         except KeyError:
-            row = self._error_row(step, item_id, "item not in the item table (changed since it was enqueued?)")
-        except ServerMisconfigured as e:
-            self.fatal = e
-            self.stopping.set()
-            row = self._error_row(step, item_id, str(e))
+            why = "item not in the item table (changed since it was enqueued?)"
+            row = self.screener.error_row(step, item_id, why, "bad_input")
+        except ServerMisconfigured as e:  # the job is given back whole: this row is never written
+            self._stop(e)
+            row = self.screener.error_row(step, item_id, str(e), "internal")
+        except Exception as e:  # reading the item table itself failed: a bug, this item only
+            log.exception("%s: item %s, step %s: internal error", self.name, item_id, step)
+            row = self.screener.error_row(step, item_id, f"{type(e).__name__}: {e}", "internal")
         finally:
             self.backlog -= n_fw
             self.more.set()
@@ -269,25 +274,6 @@ class Worker:
     def _item(self, item_id: str) -> Item:
         r = self.items.items.slice(self.by_id[item_id], 1).to_pylist()[0]
         return Item(r["item_id"], r["benchmark"], r["video_id"], r["question"], r["options"], r["gold"])
-
-    def _error_row(self, step: int, item_id: str, error: str) -> Row:
-        t = time.time()
-        spec = self.protocol.steps[step]
-        return Row(
-            item_id=item_id,
-            step=step,
-            status="error",
-            benchmark="",
-            error=error,
-            error_kind="permanent",
-            fingerprint=self.protocol.fingerprint,
-            model=spec.model,
-            revision=spec.revision,
-            server=self.server,
-            worker=self.name,
-            started_at=t,
-            finished_at=t,
-        )
 
     def _writer(self, step: int) -> SegmentWriter:
         if step not in self.writers:

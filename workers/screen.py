@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,9 +13,11 @@ import orjson
 
 from pool_queue.frames import DEFAULT_MAX_PIXELS, FrameEncoder, FrameError, find_frames
 from pool_queue.protocol import LETTERS, Protocol
-from pool_queue.rows import ForwardRecord, Row
+from pool_queue.rows import ErrorKind, ForwardRecord, Row
 
-from .client import Answer, ForwardError, VLLMClient
+from .client import Answer, ForwardError, ServerMisconfigured, VLLMClient
+
+log = logging.getLogger("pool.worker")
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class Screener:
         who: Identity,
         inflight: asyncio.Semaphore,
         max_frame_pixels: int = DEFAULT_MAX_PIXELS,
+        fault_items: frozenset[str] = frozenset(),
     ) -> None:
         self.protocol = protocol
         self.client = client
@@ -55,6 +59,7 @@ class Screener:
         self.inflight = inflight
         self.encoder = FrameEncoder(protocol.image_long_side, protocol.jpeg_quality, max_pixels=max_frame_pixels)
         self.in_flight = 0  # forwards sent, not yet answered (for metrics and pool-status)
+        self.fault_items = fault_items  # tests only: these items raise inside the worker
 
     def _images(self, step: int, item: Item) -> tuple[list[str], list[int], int]:
         """Data URLs of the step's frames (runs in a thread: decoding and resizing is CPU work)."""
@@ -62,8 +67,7 @@ class Screener:
         idx = self.protocol.frame_indices(step, len(frames))
         return [self.encoder.data_url(frames[i]) for i in idx], idx, len(frames)
 
-    async def _send(self, body: dict[str, Any]) -> Answer:
-        raw = orjson.dumps(body)
+    async def _send(self, raw: bytes) -> Answer:
         async with self.inflight:
             self.in_flight += 1
             try:
@@ -71,51 +75,83 @@ class Screener:
             finally:
                 self.in_flight -= 1
 
+    def error_row(
+        self, step: int, item: Item | str, error: str, kind: ErrorKind, started: float | None = None, **more: Any
+    ) -> Row:
+        """The one way an error row is made (the job loop uses it too)."""
+        it = item if isinstance(item, Item) else None
+        return Row(
+            item_id=it.item_id if it else str(item),
+            step=step,
+            status="error",
+            benchmark=it.benchmark if it else "",
+            video_id=it.video_id if it else "",
+            error=error,
+            error_kind=kind,
+            fingerprint=self.who.fingerprint,
+            model=self.who.model,
+            revision=self.who.revision,
+            server=self.who.server,
+            worker=self.who.worker,
+            started_at=started or time.time(),
+            finished_at=time.time(),
+            **more,
+        )
+
     async def screen(self, step: int, item: Item) -> Row:
+        """One item's row, whatever happens to it: its data (bad_input), the server (permanent, transient)
+        or our own code (internal). Only worker-level failures (a misconfigured server) propagate."""
         started = time.time()
-        base: dict[str, Any] = {
-            "item_id": item.item_id,
-            "step": step,
-            "benchmark": item.benchmark,
-            "video_id": item.video_id,
-            "fingerprint": self.who.fingerprint,
-            "model": self.who.model,
-            "revision": self.who.revision,
-            "server": self.who.server,
-            "worker": self.who.worker,
-            "started_at": started,
-        }
-        n = len(item.options)
-        orders = self.protocol.orders(step, item.item_id, n)
         try:
-            urls: list[str] = []
-            idx: list[int] = []
-            n_total = 0
-            if self.protocol.steps[step].frames != "none":  # no thread hop for blind forwards
-                urls, idx, n_total = await asyncio.to_thread(self._images, step, item)
-            bodies = [
-                self.protocol.request_body(step, item.question, [item.options[i] for i in o], urls) for o in orders
-            ]
-            answers = await asyncio.gather(*(self._send(b) for b in bodies), return_exceptions=True)
+            orders, raws, idx, n_total = await self._prepare(step, item)
         except FrameError as e:
-            return Row(**base, status="error", error=str(e), error_kind="permanent", finished_at=time.time())
+            return self.error_row(step, item, str(e), "bad_input", started)
+        except (ValueError, TypeError, KeyError, IndexError, OSError) as e:  # what the item's fields caused
+            return self.error_row(step, item, f"{type(e).__name__} preparing the request: {e}", "bad_input", started)
+        try:
+            if item.item_id in self.fault_items:
+                raise RuntimeError("injected fault (POOL_FAULT_ITEMS, tests only)")
+            answers = await asyncio.gather(*(self._send(r) for r in raws), return_exceptions=True)
+            return self._judge(step, item, orders, answers, idx, n_total, started)
+        except ServerMisconfigured:
+            raise
+        except Exception as e:  # a bug of ours: the item gets a row saying so, the chunk goes on
+            log.exception("item %s, step %s: internal error", item.item_id, step)
+            return self.error_row(step, item, f"{type(e).__name__}: {e}", "internal", started)
+
+    async def _prepare(self, step: int, item: Item) -> tuple[list[list[int]], list[bytes], list[int], int]:
+        orders = self.protocol.orders(step, item.item_id, len(item.options))
+        urls: list[str] = []
+        idx: list[int] = []
+        n_total = 0
+        if self.protocol.steps[step].frames != "none":  # no thread hop for blind forwards
+            urls, idx, n_total = await asyncio.to_thread(self._images, step, item)
+        raws = [
+            orjson.dumps(self.protocol.request_body(step, item.question, [item.options[i] for i in o], urls))
+            for o in orders
+        ]
+        return orders, raws, idx, n_total
+
+    def _judge(
+        self,
+        step: int,
+        item: Item,
+        orders: list[list[int]],
+        answers: list[Answer | BaseException],
+        idx: list[int],
+        n_total: int,
+        started: float,
+    ) -> Row:
         failures = [a for a in answers if isinstance(a, BaseException)]
         attempts = sum(a.attempts for a in answers if isinstance(a, Answer))
         if failures:
             worst = next((f for f in failures if not isinstance(f, ForwardError)), failures[0])
             if not isinstance(worst, ForwardError):
-                raise worst  # not an item problem (misconfigured server, cancellation): no row
+                raise worst  # a misconfigured server (worker-level) or a bug (internal)
             attempts += sum(getattr(f, "attempts", 1) for f in failures)
-            return Row(
-                **base,
-                status="error",
-                error=str(worst),
-                error_kind=worst.kind,
-                attempts=attempts,
-                frame_indices=idx,
-                n_frames_total=n_total,
-                finished_at=time.time(),
-            )
+            more = {"attempts": attempts, "frame_indices": idx, "n_frames_total": n_total}
+            return self.error_row(step, item, str(worst), worst.kind, started, **more)
+        n = len(item.options)
         records = []
         judged = []
         for order, ans in zip(orders, answers, strict=True):
@@ -139,8 +175,17 @@ class Screener:
             )
         first = judged[0]
         return Row(
-            **base,
+            item_id=item.item_id,
+            step=step,
             status="ok",
+            benchmark=item.benchmark,
+            video_id=item.video_id,
+            fingerprint=self.who.fingerprint,
+            model=self.who.model,
+            revision=self.who.revision,
+            server=self.who.server,
+            worker=self.who.worker,
+            started_at=started,
             attempts=attempts,
             removed=self.protocol.removed(step, judged),
             pred=LETTERS[orders[0][first.pred]],
