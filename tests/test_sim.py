@@ -263,3 +263,10 @@ def test_simulator_matches_a_recorded_real_response(procs, step):
     got = httpx.post(url + CHAT, json=recorded.request(step), timeout=30)
     assert got.status_code == 200, got.text
     assert shape(got.json()) == shape(rec["response"]), f"simulator vs vLLM {rec['vllm_version']}"
+
+
+def test_simulators_default_to_the_launchers_context_length():
+    from pool_queue.launch import MAX_MODEL_LEN, SIM_PROFILE
+
+    for size, profile in SIM_PROFILE.items():
+        assert PROFILES[profile].max_model_len == MAX_MODEL_LEN[size]  # the demo refuses what a real run refuses

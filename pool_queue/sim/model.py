@@ -13,6 +13,8 @@ import random
 import re
 from dataclasses import dataclass
 
+from ..launch import MAX_MODEL_LEN
+
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _OPTION_LINE = re.compile(r"^([A-Z])\. (.*)$")
 FILLER_TOKENS = (
@@ -78,7 +80,7 @@ PROFILES = {
         "qwen3-vl-8b",
         "Qwen/Qwen3-VL-8B-Instruct",
         "0c351dd01ed87e9c1b53cbc748cba10e6187ff3b",
-        32768,
+        MAX_MODEL_LEN["8b"],  # what pool-launch gives the real server: the demo refuses what a real run refuses
         60_000.0,
         0.02,
         7.0,
@@ -88,7 +90,7 @@ PROFILES = {
         "qwen3-vl-2b",
         "Qwen/Qwen3-VL-2B-Instruct",
         "89644892e4d85e24eaac8bacfd4f463576704203",
-        32768,
+        MAX_MODEL_LEN["2b"],
         25_000.0,
         0.05,
         5.0,
