@@ -123,7 +123,7 @@ def prepare_jpeg(path: Path, long_side: int = 448, quality: int = 95, max_pixels
     except FrameError:
         raise
     except Image.DecompressionBombError as e:
-        raise FrameError(f"{path}: refused as a decompression bomb ({e})") from e
+        raise FrameError(f"{path}: over the limit of pixels Pillow decodes (a decompression bomb: {e})") from e
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
         why = "not a recognised image file" if isinstance(e, UnidentifiedImageError) else str(e)
         raise FrameError(f"{path}: unreadable image ({why})") from e

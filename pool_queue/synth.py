@@ -136,7 +136,7 @@ class SynthSummary:
     n_shards: int
 
 
-def _question(rng: random.Random, band: tuple[float, float]) -> str:
+def question_in_band(rng: random.Random, band: tuple[float, float]) -> str:
     for _ in range(10_000):
         s, s2 = rng.sample(SUBJECTS, 2)
         third, base = rng.choice(ACTIONS)
@@ -244,7 +244,7 @@ def generate(root: Path, cfg: SynthConfig = SynthConfig()) -> SynthSummary:
     for i in range(cfg.n_items):
         vid, b = videos[rng.randrange(len(videos))]
         bench = BENCHMARKS[b]
-        q = _question(rng, bench.band)
+        q = question_in_band(rng, bench.band)
         n = rng.randint(*bench.n_options)
         options = ["yes", "no"] if n == 2 and rng.random() < 0.8 else rng.sample(ANSWERS, n)
         if n == 2 and rng.random() < 0.5:

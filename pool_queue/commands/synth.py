@@ -6,6 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
+from ..hostile import add_hostile
 from ..synth import SynthConfig, generate
 from ._cli import fail
 
@@ -20,6 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-frames", type=int, default=64)
     p.add_argument("--bad-items", action="store_true", help="add a file of invalid items (one per rule)")
     p.add_argument("--corrupt-frames", type=int, default=0, help="videos whose frames get damaged")
+    p.add_argument("--hostile", action="store_true", help="add ~50 kinds of messy items and frames (pool_queue.hostile)")
     a = p.parse_args(argv)
     cfg = SynthConfig(
         n_items=a.items,
@@ -34,7 +36,8 @@ def main(argv: list[str] | None = None) -> None:
         s = generate(a.root, cfg)
     except FileExistsError as e:
         fail(str(e))
+    extra = f", {len(add_hostile(a.root, a.seed))} hostile kinds" if a.hostile else ""
     print(
         f"wrote {a.root}: {s.n_items} items, {s.n_videos_with_frames} videos with frames "
-        f"({s.n_frames} frames, {s.n_shards} shards) in {time.perf_counter() - t0:.1f} s"
+        f"({s.n_frames} frames, {s.n_shards} shards){extra} in {time.perf_counter() - t0:.1f} s"
     )

@@ -1,0 +1,191 @@
+"""A hostile pool: ~50 kinds of messy items and frames added to a synthetic root, each with what must
+happen to it. `pool-synth --hostile` writes it; tests/test_hostile.py screens it to the end.
+
+Expectations (`Kind.expect`): "rejected" (named in the `pool-items` report, with `reason`), "ok" (an
+ok row at step 1), "no-frames" (an ok step-1 row, never eligible for step 2), or "error:<step>"
+(an error row at that step whose message holds `reason`). Items meant to reach step 2 get questions
+the simulated model cannot answer blind, so they survive step 1.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from PIL import Image
+
+from .protocol import LETTERS
+from .sim.model import believed_option
+from .synth import ANSWERS, question_in_band
+
+BENCH = "SynthHostile"
+HARD = (0.0, 0.05)  # blind knowledge: the simulated 8B keeps these items at step 1
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    item_id: str
+    expect: str
+    reason: str = ""
+
+
+class _Writer:
+    def __init__(self, root: Path, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.cache = root / "frames" / "pool_frames"
+        self.outside = root / "not-frames"  # inside the package, outside the frame cache
+        self.kinds: list[Kind] = []
+        self.jsonl: list[str] = []
+        self.csv: list[str] = ["item_id,benchmark,video_id,question,options,answer"]
+
+    def item(self, item_id: str, video_id: str | None = None, **over: object) -> dict[str, object]:
+        q = question_in_band(self.rng, HARD)
+        opts = self.rng.sample(ANSWERS, 4)
+        base = {"item_id": item_id, "benchmark": BENCH, "video_id": f"hv-{item_id}" if video_id is None else video_id, "question": q,
+                "options": opts, "answer": LETTERS[believed_option(q, opts)]}  # fmt: skip
+        return {**base, **over}
+
+    def line(self, kind: str, expect: str, reason: str = "", raw: str | None = None, **over: object) -> None:
+        item_id = str(over.pop("item_id", f"hx-{kind}"))
+        self.jsonl.append(raw if raw is not None else json.dumps(self.item(item_id, **over)))  # type: ignore[arg-type]
+        self.kinds.append(Kind(kind, item_id.strip() if raw is None or item_id in raw else "", expect, reason))
+
+    def frames(self, kind: str, expect: str, reason: str, files: dict[str, bytes]) -> None:
+        d = self.cache / f"hv-hx-{kind}"
+        d.mkdir(parents=True)
+        for name, data in files.items():
+            (d / name).write_bytes(data)
+        self.line(kind, expect, reason)
+
+
+def _image(size: tuple[int, int], fmt: str = "JPEG", mode: str = "RGB", value: object = 120) -> bytes:
+    out = io.BytesIO()
+    im = Image.new(mode, size, value)  # type: ignore[arg-type]
+    if mode == "P":
+        im.info["transparency"] = 0
+    im.save(out, format=fmt)
+    return out.getvalue()
+
+
+def _three(data: bytes, suffix: str) -> dict[str, bytes]:
+    return {f"frame_{i}{suffix}": data for i in range(3)}
+
+
+def _png_header_only(w: int, h: int) -> bytes:
+    """A PNG that claims w x h pixels: readers learn the size without decoding a byte of it."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
+
+
+def add_hostile(root: Path, seed: int = 0) -> list[Kind]:
+    """Write the hostile items and frames into a generated root; returns every kind with its expectation."""
+    w = _Writer(root, seed)
+    good = {f"frame_{i}.jpg": _image((448, 252)) for i in range(6)}
+    w.outside.mkdir(parents=True)
+    (w.outside / "secret.jpg").write_bytes(_image((448, 252)))
+    (w.outside / "clip").mkdir()
+    for n, data in good.items():
+        (w.outside / "clip" / n).write_bytes(data)
+
+    # ---- rejected by the loader, one rejected item each, the rest of the file loads
+    bad = "rejected"
+    w.line("dup-a", bad, "duplicate item_id", item_id="hx-dup")
+    w.line("dup-b", bad, "duplicate item_id", item_id="hx-dup")
+    w.line("ws-dup-a", bad, "duplicate item_id", item_id="hx-ws-dup")
+    w.line("ws-dup-b", bad, "duplicate item_id", item_id=" hx-ws-dup ")
+    w.line("one-option", bad, "options", options=["only"])
+    w.line("27-options", bad, "options", options=[f"o{i}" for i in range(27)])
+    w.line("empty-question", bad, "empty question", question="")
+    w.line("blank-question", bad, "empty question", question=" \t ")
+    w.line("empty-option", bad, "empty option text", options=["a", "", "c"])
+    w.line("blank-option", bad, "empty option text", options=["a", "  ", "c"])
+    w.line("gold-letter-out", bad, "out of range", answer="F")
+    w.line("gold-index-out", bad, "out of range", answer=9)
+    w.line("gold-negative", bad, "out of range", answer=-1)
+    w.line("gold-fraction", bad, "out of range", answer=1.5)
+    w.line("gold-word", bad, "out of range", answer="maybe")
+    w.line("gold-lowercase", bad, "out of range", answer="b")
+    w.line("gold-missing", bad, "out of range", answer=None)
+    w.line("gold-disagree", bad, "gold columns answer and gold disagree", answer="A", gold=2)
+    unsafe = {"dotdot": "..", "up": "../etc", "abs": "/etc/passwd", "sep": "a/b", "back": "a\\b", "nul": "v\x00x",
+              "lead-space": " hv", "empty": ""}  # fmt: skip
+    for name, vid in unsafe.items():
+        w.line(f"vid-{name}", bad, "unsafe or empty video_id", video_id=vid)
+    w.line("empty-benchmark", bad, "empty benchmark", benchmark="")
+    w.line("empty-id", bad, "empty item_id", item_id="")
+    w.line("options-numbers", bad, "options is not a list of strings", options=[1, 2, 3])
+    w.line("options-nested", bad, "options is not a list of strings", options=[["a"], ["b"]])
+    w.line("options-null", bad, "options is not a list of strings", options=None)
+    w.line("options-bad-json", bad, "options is not a list of strings", options="[not json")
+    w.line("line-cut", bad, "not valid JSON", raw='{"item_id": "hx-line-cut", "benchmark": ')
+    w.line("line-array", bad, "not a JSON object", raw="[1, 2, 3]")
+
+    # ---- valid, odd: screened like any other
+    w.line("unicode", "ok", question="¿Qué hace 👩‍🍳 después? مرحبا " + question_in_band(w.rng, HARD))
+    w.line("braces", "ok", question="{question} %s {0} " + question_in_band(w.rng, HARD))
+    w.line("letter-line-option", "ok", options=["red\nB. blue", "green", "cyan", "gray"], answer="B")
+    w.line("same-option-twice", "ok", options=["cat", "dog", "cat", "bird"], answer="B")
+    w.line("26-options", "ok", options=[f"choice {i}" for i in range(26)], answer="Z")
+    w.line("numeric-id", "ok", item_id=917)
+    w.line("float-gold", "ok", answer=1.0)
+    w.line("options-json-text", "ok", options=json.dumps(["p", "q", "r"]), answer=0)
+    w.line("huge-question", "error:1", "maximum context length", question="word " * 12000)
+    w.csv.append('hx-csv-float-gold,SynthHostile,hv-hx-csv,Q?,"[""a"", ""b""]",2.0')
+    w.kinds.append(Kind("csv-gold-2.0", "hx-csv-float-gold", "rejected", "out of range"))  # index 2 of 2 options
+    w.csv.append('hx-csv-ok,SynthHostile,hv-hx-csv,Q?,"[""a"", ""b""]",1.0')
+    w.kinds.append(Kind("csv-gold-1.0", "hx-csv-ok", "ok"))
+    ints = pa.table({"item_id": pa.array([9_000_001], pa.int64()), "benchmark": [BENCH], "video_id": ["hv-int"],
+                     "question": ["Which one?"], "options": pa.array([["a", "b"]], pa.large_list(pa.large_string())),
+                     "gold": pa.array([1], pa.int64())})  # fmt: skip
+    w.kinds.append(Kind("int-ids-large-strings-parquet", "9000001", "ok"))
+    numbers = pa.table({"item_id": ["hx-parquet-numbers"], "benchmark": [BENCH], "video_id": ["hv"], "question": ["Q"],
+                        "options": pa.array([[1, 2]], pa.list_(pa.int64())), "gold": [0]})  # fmt: skip
+    w.kinds.append(Kind("parquet-number-options", "hx-parquet-numbers", "rejected", "options is not a list of strings"))
+
+    # ---- frames: what the one frame rule and the image preparation do with them
+    w.frames("frames-hidden-only", "error:2", "no usable frames", {".frame_0.jpg": good["frame_0.jpg"],
+                                                                    "._frame_1.jpg": b"\x00\x05\x16\x07"})  # fmt: skip
+    w.frames("frames-not-images", "error:2", "no usable frames", {"info.txt": b"x", "clip.gif": b"GIF89a"})
+    w.frames("frames-empty-folder", "error:2", "no usable frames", {})
+    w.frames("frames-bomb", "error:2", "over the limit", _three(_png_header_only(20000, 20000), ".png"))
+    w.frames("frames-degenerate", "error:2", "aspect ratio over 200", _three(_image((3000, 2), "PNG"), ".png"))
+    w.frames("frames-truncated", "error:2", "unreadable", _three(_image((640, 360), "PNG")[:300], ".png"))
+    w.frames("frames-garbage", "error:2", "unreadable image", _three(b"garbage, not an image", ".jpg"))
+    w.frames("frames-zero-bytes", "error:2", "unreadable image", _three(b"", ".png"))
+    w.frames("frames-16-bit", "ok", "", _three(_image((640, 360), "PNG", "I;16", 40000), ".png"))
+    w.frames("frames-cmyk", "ok", "", _three(_image((640, 360), "JPEG", "CMYK", (0, 50, 90, 10)), ".jpg"))
+    w.frames("frames-palette-alpha", "ok", "", _three(_image((640, 360), "PNG", "P", 3), ".png"))
+    w.frames("frames-large", "ok", "", {f"frame_{i}.jpg": _image((4000, 3000)) for i in range(2)})
+    w.frames("frames-odd-names", "ok", "", {"\u00b21.jpg": good["frame_0.jpg"], "frame_\u0661.jpg": good["frame_1.jpg"],
+                                            "frame 2.JPG": good["frame_2.jpg"]})  # fmt: skip
+    w.frames("frames-appledouble-beside", "ok", "", {**good, "._frame_0.jpg": b"\x00\x05\x16\x07"})
+    w.frames("frames-link-out-beside", "ok", "", good)
+    (w.cache / "hv-hx-frames-link-out-beside" / "frame_7.jpg").symlink_to(w.outside / "secret.jpg")
+    (w.cache / "hv-hx-folder-link-out").symlink_to(w.outside / "clip")
+    w.line("folder-link-out", "no-frames")
+    (w.cache / "hv-hx-folder-is-file").write_bytes(b"not a folder")
+    w.line("folder-is-file", "no-frames")
+    (w.cache / ".hv-hidden").mkdir()
+    (w.cache / ".hv-hidden" / "frame_0.jpg").write_bytes(good["frame_0.jpg"])
+    w.line("video-hidden", "no-frames", video_id=".hv-hidden")
+    w.line("video-name-too-long", "no-frames", video_id="x" * 300)
+    w.line("video-missing", "no-frames", video_id="hv-never-extracted")
+    w.line("video-not-downloaded", "no-frames", video_id="k:yt-hostile")
+
+    items = root / "items"
+    (items / "hostile.jsonl").write_text("\n".join(w.jsonl) + "\n", encoding="utf-8")
+    (items / "hostile.csv").write_text("\n".join(w.csv) + "\n", encoding="utf-8")
+    pq.write_table(ints, items / "hostile_ints.parquet")
+    pq.write_table(numbers, items / "hostile_numbers.parquet")
+    return w.kinds
