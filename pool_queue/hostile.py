@@ -49,8 +49,9 @@ class _Writer:
     def item(self, item_id: str, video_id: str | None = None, **over: object) -> dict[str, object]:
         q = question_in_band(self.rng, HARD)
         opts = self.rng.sample(ANSWERS, 4)
-        base = {"item_id": item_id, "benchmark": BENCH, "video_id": f"hv-{item_id}" if video_id is None else video_id, "question": q,
-                "options": opts, "answer": LETTERS[believed_option(q, opts)]}  # fmt: skip
+        vid = f"hv-{item_id}" if video_id is None else video_id
+        base = {"item_id": item_id, "benchmark": BENCH, "video_id": vid, "question": q, "options": opts,
+                "answer": LETTERS[believed_option(q, opts)]}  # fmt: skip
         return {**base, **over}
 
     def line(self, kind: str, expect: str, reason: str = "", raw: str | None = None, **over: object) -> None:

@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-frames", type=int, default=64)
     p.add_argument("--bad-items", action="store_true", help="add a file of invalid items (one per rule)")
     p.add_argument("--corrupt-frames", type=int, default=0, help="videos whose frames get damaged")
-    p.add_argument("--hostile", action="store_true", help="add ~50 kinds of messy items and frames (pool_queue.hostile)")
+    p.add_argument("--hostile", action="store_true", help="add ~50 kinds of messy items and frames")
     a = p.parse_args(argv)
     cfg = SynthConfig(
         n_items=a.items,
