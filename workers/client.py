@@ -1,8 +1,10 @@
 """The vLLM client of one worker: model check, health, and forwards with retries.
 
-httpx is the API; the transport is aiohttp's (httpx-aiohttp), which costs a fraction of httpx's
-own per request (../shared/spec/http-client.md). A transient failure while the server is down
-is not charged to the item: the client waits for /health and sends again.
+httpx is the API. Forwards, thousands a second, go straight to the transport (`SlimTransport`, over
+aiohttp) with a request built from parts made once per server: httpx's client layer costs more CPU
+than the whole rest of a forward (benchmarks/http_paths.py). The rare calls (/health, /v1/models)
+use an httpx.AsyncClient over the same transport. A transient failure while the server is down is
+not charged to the item: the client waits for /health and sends again.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from typing import Any
 
 import httpx
 import orjson
-from httpx_aiohttp import AiohttpTransport
 
 from pool_queue.rows import ErrorKind
+
+from .transport import SlimTransport
 
 log = logging.getLogger(__name__)
 
@@ -95,13 +98,13 @@ class VLLMClient:
         headers = {"Content-Type": "application/json"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self.transport = SlimTransport(max_connections, timeout_s)
+        timeout = httpx.Timeout(timeout_s, connect=10.0)
         self.http = httpx.AsyncClient(
-            base_url=self.base_url,
-            headers=headers,
-            transport=AiohttpTransport(limits=limits),
-            timeout=httpx.Timeout(timeout_s, connect=10.0),
+            base_url=self.base_url, headers=headers, transport=self.transport, timeout=timeout
         )
+        self._forward_url = httpx.URL(self.base_url + "/v1/chat/completions")
+        self._forward_headers = httpx.Headers(headers)
         self._probe: asyncio.Task[bool] | None = None
         self.outage_s = 0.0  # time spent waiting for a down server
         self._down_since: float | None = None
@@ -156,7 +159,9 @@ class VLLMClient:
 
     async def _post(self, body: bytes) -> tuple[list[tuple[str, float]], int | None]:
         try:
-            r = await self.http.post("/v1/chat/completions", content=body)
+            r = await self.transport.handle_async_request(
+                httpx.Request("POST", self._forward_url, headers=self._forward_headers, content=body)
+            )
         except httpx.HTTPError as e:
             raise _Transient(f"{type(e).__name__}: {e}") from e
         if r.status_code == 200:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import sys
 
@@ -88,6 +89,8 @@ async def _main(argv: list[str] | None) -> int:
         max_frame_pixels=s.max_frame_pixels,
         fault_items=s.fault_items,
     )
+    gc.collect()
+    gc.freeze()  # start-up objects (the item table's Python side, modules) leave the collector's scans
     try:
         return await w.run(burst=a.burst)
     finally:

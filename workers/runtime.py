@@ -215,7 +215,8 @@ class Worker:
             todo = [i for i in ids if i not in skip]
             n_fw = self.protocol.steps[step].n_orders
             self.backlog += n_fw * len(todo)
-            rows = await asyncio.gather(*(self._screen(step, i, n_fw) for i in todo))
+            found = self._items(todo)
+            rows = await asyncio.gather(*(self._screen(step, i, found.get(i), n_fw) for i in todo))
             if self.fatal is not None and not isinstance(self.fatal, RedisGone):
                 raise self.fatal
             dumped = [r.model_dump(mode="json") for r in rows]
@@ -247,12 +248,13 @@ class Worker:
             self._stop(e)
             return False
 
-    async def _screen(self, step: int, item_id: str, n_fw: int) -> Row:
+    async def _screen(self, step: int, item_id: str, item: Item | None, n_fw: int) -> Row:
         try:
-            row = await self.screener.screen(step, self._item(item_id))
-        except KeyError:
-            why = "item not in the item table (changed since it was enqueued?)"
-            row = self.screener.error_row(step, item_id, why, "bad_input")
+            if item is None:
+                why = "item not in the item table (changed since it was enqueued?)"
+                row = self.screener.error_row(step, item_id, why, "bad_input")
+            else:
+                row = await self.screener.screen(step, item)
         except ServerMisconfigured as e:  # the job is given back whole: this row is never written
             self._stop(e)
             row = self.screener.error_row(step, item_id, str(e), "internal")
@@ -271,9 +273,11 @@ class Worker:
             self.last_error = f"{row.item_id}: {row.error}"[:300]
         return row
 
-    def _item(self, item_id: str) -> Item:
-        r = self.items.items.slice(self.by_id[item_id], 1).to_pylist()[0]
-        return Item(r["item_id"], r["benchmark"], r["video_id"], r["question"], r["options"], r["gold"])
+    def _items(self, ids: list[str]) -> dict[str, Item]:
+        """A job's items, with one take() from the item table (ids it does not know are left out)."""
+        rows = self.items.items.take([self.by_id[i] for i in ids if i in self.by_id]).to_pylist()
+        return {r["item_id"]: Item(r["item_id"], r["benchmark"], r["video_id"], r["question"], r["options"], r["gold"])
+                for r in rows}  # fmt: skip
 
     def _writer(self, step: int) -> SegmentWriter:
         if step not in self.writers:
@@ -306,7 +310,7 @@ class Worker:
         w = w.filter(pc.is_in(w.column("item_id"), value_set=pa.array(sorted(skipped), pa.string())))
         ok = w.filter(pc.and_(pc.equal(w.column("status"), "ok"), pc.invert(pc.fill_null(w.column("removed"), True))))
         ids = ok.column("item_id").to_pylist()
-        return self._eligible_next(step, [(i, self._item(i).video_id) for i in ids if i in self.by_id])
+        return self._eligible_next(step, [(i, it.video_id) for i, it in self._items(ids).items()])
 
     # ---- background -----------------------------------------------------------------------------
 
