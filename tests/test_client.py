@@ -1,0 +1,72 @@
+"""The worker's HTTP path (workers.transport, workers.client) against a real simulator over loopback:
+answers, per-request timeouts, failures mapped to httpx's errors, and the client's retry rules."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import orjson
+import pytest
+
+from pool_queue.procs import Procs, free_port, wait_health
+from pool_queue.protocol import Protocol
+from workers.client import ForwardError, RetriesExhausted, VLLMClient
+from workers.transport import SlimTransport
+
+P = Protocol()
+BODY = orjson.dumps(P.request_body(1, "What happens next?", ["a", "b", "c", "d"], []))
+
+
+@pytest.fixture(scope="module")
+def sims(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    with Procs(tmp_path_factory.mktemp("clientlogs")) as procs:
+        ok = procs.sim("ok", free_port(), "--zero-latency")
+        hang = procs.sim("hang", free_port(), "--zero-latency", "--faults", "hang:1.0", "--hang-s", "30")
+        flaky = procs.sim("flaky", free_port(), "--zero-latency", "--fault-schedule", "1-2:503,4:nologprobs")
+        for u in (ok, hang, flaky):
+            wait_health(u, 20)
+        yield {"ok": ok, "hang": hang, "flaky": flaky}
+
+
+def post(url: str, **extensions: object) -> httpx.Request:
+    return httpx.Request("POST", url + "/v1/chat/completions", content=BODY,
+                         headers={"Content-Type": "application/json"}, extensions=extensions)  # fmt: skip
+
+
+def test_slim_transport_answers_times_out_and_maps_errors(sims: dict[str, str]) -> None:
+    async def go() -> None:
+        t = SlimTransport(8, timeout_s=1.0)
+        r = await t.handle_async_request(post(sims["ok"]))
+        top = orjson.loads(r.content)["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+        assert r.status_code == 200 and len(top) == 20
+        t0 = time.monotonic()
+        with pytest.raises(httpx.ReadTimeout):  # the transport's own timeout (a forward)
+            await t.handle_async_request(post(sims["hang"]))
+        assert 0.9 < time.monotonic() - t0 < 5
+        t0 = time.monotonic()
+        with pytest.raises(httpx.ReadTimeout):  # a request's own timeout (a health probe's)
+            await t.handle_async_request(post(sims["hang"], timeout={"connect": 1.0, "read": 0.3}))
+        assert time.monotonic() - t0 < 0.9
+        with pytest.raises(httpx.ConnectError):
+            await t.handle_async_request(httpx.Request("GET", f"http://127.0.0.1:{free_port()}/health"))
+        await t.aclose()
+
+    asyncio.run(go())
+
+
+def test_client_retries_transient_and_stops_on_permanent(sims: dict[str, str]) -> None:
+    async def go() -> None:
+        c = VLLMClient(sims["flaky"], max_attempts=4, backoff_s=0.01)
+        a = await c.forward(BODY)  # requests 1-2 get 503, the third answers
+        assert a.attempts == 3 and len(a.top) == 20 and c.retries == 2
+        with pytest.raises(ForwardError, match="no logprobs"):  # request 4: permanent at once
+            await c.forward(BODY)
+        await c.aclose()
+        h = VLLMClient(sims["hang"], timeout_s=0.3, max_attempts=2, backoff_s=0.01)
+        with pytest.raises(RetriesExhausted, match="after 2 attempts"):
+            await h.forward(BODY)
+        await h.aclose()
+
+    asyncio.run(go())
