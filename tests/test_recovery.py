@@ -186,3 +186,15 @@ def test_supervisor_restarts_with_backoff_and_leaves_configuration_errors(tmp_pa
     assert sum("exited unexpectedly with 1" in x for x in lines) == 2
     assert any("restarting in 0 s" in x for x in lines) and any("restart 2" in x for x in lines)
     assert sum("configuration error" in x for x in lines) == 1 and sup.exit_codes() == [0, 2]
+
+
+def test_a_worker_gives_up_on_redis_after_its_wait_with_exit_4(stack):
+    url = stack.sim("sim8", "qwen3-vl-8b", "--zero-latency")
+    stack.enqueue(1, "--limit", "0")  # stamps the root
+    stack.kill_redis()
+    t0 = time.monotonic()
+    w = stack.worker("patient", url, "--steps", "1", env={**FAST, "POOL_WAIT_REDIS_S": "2"})
+    assert w.wait(60) == 4
+    log = stack.log("patient")
+    assert log.count("unreachable") == 1 and "did not answer for 2 s" in log and "Traceback" not in log, log
+    assert time.monotonic() - t0 < 30

@@ -214,8 +214,8 @@ class Worker:
             skip = await asyncio.to_thread(self._already_final, step, ids) if lease.check_store else set()
             todo = [i for i in ids if i not in skip]
             n_fw = self.protocol.steps[step].n_orders
-            self.backlog += n_fw * len(todo)
             found = self._items(todo)
+            self.backlog += n_fw * len(todo)  # each _screen takes its share off, whatever happens
             rows = await asyncio.gather(*(self._screen(step, i, found.get(i), n_fw) for i in todo))
             if self.fatal is not None and not isinstance(self.fatal, RedisGone):
                 raise self.fatal
