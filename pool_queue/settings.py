@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -71,6 +72,24 @@ class Settings(BaseSettings):
         if self.heartbeat_s * 2 > self.lease_s:
             raise ValueError(f"heartbeat_s ({self.heartbeat_s}) must be at most half of lease_s ({self.lease_s})")
         return self
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, v: str) -> str:
+        """A URL that cannot be right fails at once, with what is wrong (never a traceback, never a guess)."""
+        u = urlsplit(v)
+        if u.scheme not in ("redis", "rediss", "unix"):
+            raise ValueError(f"{v!r} is not a Redis URL: write redis://HOST:PORT/DB (password in REDIS_PASSWORD)")
+        try:
+            port = u.port
+        except ValueError as e:
+            raise ValueError(f"{v!r}: bad port ({e})") from None
+        if u.scheme != "unix" and (not u.hostname or port == 0):
+            raise ValueError(f"{v!r}: needs a host (and a port from 1 to 65535)")
+        db = u.path.strip("/") if u.scheme != "unix" else ""
+        if db and not db.isdigit():
+            raise ValueError(f"{v!r}: the database after the last / must be a number, not {db!r}")
+        return v
 
     @field_validator("fault_items", mode="before")
     @classmethod

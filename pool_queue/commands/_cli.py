@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from pydantic import ValidationError
+
 from ..protocol import Protocol, ProtocolError
 from ..settings import Settings, load_settings
 
@@ -21,9 +23,15 @@ def parser(prog: str, description: str) -> argparse.ArgumentParser:
 
 
 def settings(args: argparse.Namespace, **extra: object) -> Settings:
-    return load_settings(
-        root=args.root, results=args.results, redis_url=args.redis_url, protocol_file=args.protocol_file, **extra
-    )
+    """The settings in force; a bad value (flag, environment or .env) is one line naming it, exit 2."""
+    try:
+        return load_settings(
+            root=args.root, results=args.results, redis_url=args.redis_url, protocol_file=args.protocol_file, **extra
+        )
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "settings"
+        fail(f"setting {where}: {first['msg'].removeprefix('Value error, ')}")
 
 
 def fail(msg: str, code: int = 2) -> NoReturn:
