@@ -104,3 +104,14 @@ def test_a_malformed_redis_url_is_one_line_and_exit_2(tmp_path, url, says):
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert out.returncode == 2 and says in out.stderr and out.stderr.count("\n") == 1, out.stderr
+
+
+def test_a_root_that_does_not_exist_is_refused_and_nothing_is_written(tmp_path):
+    bin_ = Path(sys.executable).parent
+    missing = tmp_path / "nope"
+    w = subprocess.run([str(bin_ / "pool-worker"), "--root", str(missing), "--server", "http://127.0.0.1:9"],
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    x = subprocess.run([str(bin_ / "pool-export"), "--root", str(missing), "--out", str(tmp_path / "out")],
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert x.returncode == 2 and "no results to export" in x.stderr and not (tmp_path / "out").exists(), x.stderr
+    assert w.returncode != 0 and not missing.exists(), w.stderr[-500:]

@@ -42,6 +42,12 @@ async def _main(argv: list[str] | None) -> int:
         fail("no server: pass --server URL or set POOL_SERVERS")
     protocol = load_protocol(s)
     key = s.vllm_api_key.get_secret_value() if s.vllm_api_key else None
+    try:  # the inputs first: a wrong root fails at once, before any wait for the server or any write
+        items = load_items(s.items_dir)
+        store = Store(s.results_dir, protocol.fingerprint, protocol.model_dump(mode="json"))
+        store.check_stamp()
+    except (StoreError, ItemsError) as e:
+        fail(str(e))
     client = VLLMClient(server, key, s.request_timeout_s, s.max_attempts, backoff_s=s.retry_backoff_s)
     try:
         await client.wait_up()
@@ -51,10 +57,8 @@ async def _main(argv: list[str] | None) -> int:
             if not set(wanted) <= set(steps):
                 raise ServerMisconfigured(f"--steps {a.steps}: the server serves steps {steps} only")
             steps = wanted
-        store = Store(s.results_dir, protocol.fingerprint, protocol.model_dump(mode="json"))
         store.claim()
-        items = load_items(s.items_dir)
-    except (ServerMisconfigured, StoreError, ItemsError) as e:
+    except (ServerMisconfigured, StoreError) as e:
         await client.aclose()
         fail(str(e))
     inflight = a.inflight or s.workers or s.max_seqs  # keep the server's batch full

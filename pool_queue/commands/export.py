@@ -12,7 +12,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..store import STEPS, Store, StoreError
+from ..store import STAMP, STEPS, Store, StoreError
 from ._cli import fail, load_protocol, parser, settings
 
 
@@ -42,6 +42,8 @@ def main(argv: list[str] | None = None) -> None:
     protocol = load_protocol(s)
     if a.out.resolve() == s.results_dir.resolve():
         fail("--out must differ from the results root")
+    if not (s.results_dir / STAMP).is_file():
+        fail(f"no results to export: {s.results_dir} holds no screen (check --root / --results)")
     try:
         counts = export(Store(s.results_dir, protocol.fingerprint), a.out)
     except StoreError as e:
