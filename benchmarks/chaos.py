@@ -116,7 +116,14 @@ class Chaos:
         }
         self.ports = {name: free_port() for name in SIMS}
         self.urls = {name: self._sim(name) for name in SIMS}
-        self.sup = Supervisor(burst=False, log=lambda m: print(f"  supervisor: {m}", file=sys.stderr))
+        scale = cfg.lease_s / 30  # time runs compressed here (30 s leases in the field): the supervisor's clock too
+        self.sup = Supervisor(
+            burst=False,
+            log=lambda m: print(f"  supervisor: {m}", file=sys.stderr),
+            backoff_s=max(0.1, scale),
+            max_backoff_s=60 * scale,
+            healthy_s=120 * scale,
+        )
         self.started: dict[str, float] = {}
         self.down: list[tuple[float, str]] = []  # simulators to start again at a time
         self.watch: list[Killed] = []
