@@ -192,3 +192,26 @@ def test_one_item_raising_inside_the_worker_costs_that_item_only(stack):
     assert FailedJobRegistry(queue=queue).count == 0 and "raised (run" not in stack.log("w", tail=10**6)
     stack.enqueue(1)  # an internal error is re-attempted by a later run, like a transient one
     assert stack.waiting(1) == 1
+
+
+def test_a_job_whose_items_all_have_rows_is_acknowledged_without_work(stack):
+    """A re-taken or recovery-made job whose every item is already settled: nothing is sent or written,
+    the job is acknowledged once, and its stored survivors still chain."""
+    from rq.registry import FailedJobRegistry, FinishedJobRegistry
+
+    url = stack.sim("sim8", "qwen3-vl-8b", "--zero-latency")
+    stack.enqueue(1, "--chunk-size", "240")
+    stack.worker("w", url, "--steps", "1", "--burst")
+    stack.wait_workers(["w"])
+    screen, ids = stack.screen, sorted(stack.winners(1))
+    step2 = stack.screen.snapshot([2])[2].waiting
+    for jid in step2:  # as if the first run's follow-up never made it
+        screen.queue(2).remove(jid)
+        screen.fetch_many([jid])[0].delete()
+    assert screen.enqueue_chunks(1, ids, 240, recheck=True) == 1  # the same chunk again, marked as a recovery's
+    stack.worker("again", url, "--steps", "1", "--burst")
+    stack.wait_workers(["again"])
+    assert stack.raw_count(1) == 240 and FailedJobRegistry(queue=screen.queue(1)).count == 0
+    assert screen.job_id(1, ids) in FinishedJobRegistry(queue=screen.queue(1)).get_job_ids()
+    chained = [i for c in screen.payloads(screen.snapshot([2])[2].waiting).values() for i in c.items]
+    assert chained and set(chained) <= set(ids)  # the survivors went on from the store

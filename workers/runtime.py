@@ -275,7 +275,8 @@ class Worker:
 
     def _items(self, ids: list[str]) -> dict[str, Item]:
         """A job's items, with one take() from the item table (ids it does not know are left out)."""
-        rows = self.items.items.take([self.by_id[i] for i in ids if i in self.by_id]).to_pylist()
+        idx = pa.array([self.by_id[i] for i in ids if i in self.by_id], pa.int64())  # typed: an empty job is fine
+        rows = self.items.items.take(idx).to_pylist()
         return {r["item_id"]: Item(r["item_id"], r["benchmark"], r["video_id"], r["question"], r["options"], r["gold"])
                 for r in rows}  # fmt: skip
 
