@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 import redis
@@ -30,6 +31,12 @@ class RedisLink:
         self.wait_s = wait_s
         self.who = who
         self.down_since: float | None = None
+        # Its own threads: heartbeats must never queue behind frame encoding in the default executor,
+        # or a busy step-3 worker misses its leases and its jobs are run twice.
+        self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="redis")
+
+    async def _run(self, fn: Callable[..., T], *args: object) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
     @property
     def up(self) -> bool:
@@ -40,7 +47,7 @@ class RedisLink:
         pause = 0.2
         while True:
             try:
-                out = await asyncio.to_thread(fn, *args)
+                out = await self._run(fn, *args)
             except OUTAGE as e:
                 self._down(e)
                 assert self.down_since is not None
@@ -55,7 +62,7 @@ class RedisLink:
     async def attempt(self, fn: Callable[..., T], *args: object) -> T | None:
         """`fn(*args)` once; None while Redis is unreachable (heartbeats, presence: the next one will do)."""
         try:
-            out = await asyncio.to_thread(fn, *args)
+            out = await self._run(fn, *args)
         except OUTAGE as e:
             self._down(e)
             return None
