@@ -67,6 +67,7 @@ class Report:
     dup_agreeing: int = 0
     dup_disagreeing: int = 0
     back_queued_s: list[float] = field(default_factory=list)  # kill -9 of a worker -> its jobs on a queue again
+    back_queued_overlapped_s: list[float] = field(default_factory=list)  # the same, overlapping a Redis fault
     back_running_s: list[float] = field(default_factory=list)  # kill -9 of a worker -> its jobs running again
     audit_ok: bool = False
     audit_tail: str = ""
@@ -81,6 +82,7 @@ class Killed:
     at: float
     held: dict[str, str]  # job id -> the killed worker's name
     queued: bool = False
+    overlapped: bool = False  # Redis was restarted or flushed while its jobs were not yet back
 
 
 def schedule(cfg: Config) -> list[tuple[float, str]]:
@@ -128,6 +130,7 @@ class Chaos:
         self.down: list[tuple[float, str]] = []  # simulators to start again at a time
         self.watch: list[Killed] = []
         self.back_queued: list[float] = []  # seconds from a kill -9 until all its jobs were on a queue again
+        self.back_queued_overlapped: list[float] = []  # the same, for kills overlapping a Redis fault
         self.back_running: list[float] = []  # ... until all of them ran again (needs a worker with room)
 
     def _redis(self) -> str:
@@ -216,6 +219,9 @@ class Chaos:
             down_s = self.rng.uniform(1.0, 3.0)
             self.down.append((time.monotonic() + down_s, name))
             return f"kill -9 {name} ({down_s:.1f} s down)"
+        for k in self.watch:  # a Redis fault from here on: no rescue can run while it lasts
+            if kind in ("redis", "flushall") and not k.queued:
+                k.overlapped = True
         if kind == "redis":
             self.procs.stop(f"redis-{self.redis_port}", signal.SIGKILL)
             time.sleep(1.0)
@@ -254,7 +260,7 @@ class Chaos:
             }
             if not k.queued and all(m or jid in waiting for jid, m in moved.items()):
                 k.queued = True
-                self.back_queued.append(time.monotonic() - k.at)
+                (self.back_queued_overlapped if k.overlapped else self.back_queued).append(time.monotonic() - k.at)
             if all(moved.values()):
                 self.watch.remove(k)
                 self.back_running.append(time.monotonic() - k.at)
@@ -265,6 +271,7 @@ class Chaos:
 
     def _check(self, rep: Report, want: dict[int, dict[str, tuple[bool, float]]]) -> Report:
         rep.back_queued_s, rep.back_running_s = list(self.back_queued), list(self.back_running)
+        rep.back_queued_overlapped_s = list(self.back_queued_overlapped)
         for step in STEPS:
             got = {r["item_id"]: r for r in self.store.read_rows(step, self.store.winners(step))}
             rep.items_lost += len(set(want[step]) - set(got))
@@ -320,7 +327,7 @@ def main() -> None:
         print(f"{label}: " + "; ".join(rep.faults) if rep.faults else f"{label}: -", file=sys.stderr)
     rows = []
     for label, rep in runs:
-        q, r = rep.back_queued_s or [0.0], rep.back_running_s or [0.0]
+        q, r = (rep.back_queued_s + rep.back_queued_overlapped_s) or [0.0], rep.back_running_s or [0.0]
         audit = "clean" if rep.audit_ok else "PROBLEMS"
         rows.append([label, len(rep.faults), rep.items_lost, rep.wrong, rep.dup_agreeing, rep.dup_disagreeing,
                      f"{statistics.median(q):.1f}/{max(q):.1f}", f"{statistics.median(r):.1f}/{max(r):.1f}",
