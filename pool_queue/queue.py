@@ -173,8 +173,14 @@ class Screen:
         return len(ids)
 
     def busy(self, steps: Iterable[int]) -> bool:
-        """Any job of these steps waiting, being handed over, or running."""
-        return any(s.pending for s in self.snapshot(steps).values())
+        """Any job of these steps waiting, being handed over, or running (counts only: polled often;
+        counting the started registry runs RQ's cleanup, as `snapshot` does)."""
+        for step in steps:
+            q = self.queue(step)
+            running = q.started_job_registry.count  # first: its cleanup re-queues jobs of dead workers
+            if running or q.count or self.conn.llen(q.intermediate_queue_key):
+                return True
+        return False
 
 
 def other_screens(conn: Redis, mine: str) -> list[str]:

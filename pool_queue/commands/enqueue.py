@@ -50,6 +50,13 @@ def main(argv: list[str] | None = None) -> None:
     if items.rejected.num_rows:
         con.print(f"[yellow]{items.rejected.num_rows} invalid items are not screened (see `pool-items`)[/]")
     screen = screen_of(store, s.redis())
+    if screen is not None and not a.plan_only:
+        try:  # once, for every step: jobs of dead workers back on their queues before planning
+            rescued = rescue(screen.conn, [screen.queue(n) for n in STEPS])
+        except redis.RedisError as e:
+            fail(f"cannot reach Redis at {s.redis_where()}: {e}")
+        if rescued:
+            con.print(f"re-queued {rescued} abandoned job(s)")
     if a.step != "all":
         print(f"REMAINING_TOTAL={_one_step(a, s, con, items, store, screen, int(a.step))}")
         return
@@ -69,9 +76,6 @@ def _one_step(
                 n = screen.forget_failed(step)
                 if n:
                     con.print(f"step {step}: {n} failed job(s) will run again")
-            rescued = rescue(screen.conn, [screen.queue(n) for n in (1, 2, 3)])
-            if rescued:
-                con.print(f"re-queued {rescued} abandoned job(s)")
             q = screen.snapshot([step])[step]
             held = [i for c in screen.payloads([*q.pending, *q.failed]).values() for i in c.items]
             n_failed = len(q.failed)
