@@ -12,7 +12,7 @@ import os
 import shlex
 import sys
 
-from pool_queue.launch import Server, server_argv
+from pool_queue.launch import Server, Tuning, cores_per_server, server_argv, server_env, vllm_flags
 from pool_queue.protocol import Protocol
 from pool_queue.settings import load_settings
 
@@ -23,15 +23,21 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=8001)
     ap.add_argument("--model-path", required=True, help="snapshot folder of the pinned revision")
     ap.add_argument("--dry-run", action="store_true", help="print the command line only")
+    ap.add_argument("--servers", type=int, default=1, help="servers sharing this host's cores (as pool-launch counts)")
+    ap.add_argument("--probe", action="store_true", help="leave out flags the installed vLLM does not know")
     argv_in = sys.argv[1:]
     cut = argv_in.index("--") if "--" in argv_in else len(argv_in)
     a = ap.parse_args(argv_in[:cut])
     extra = argv_in[cut + 1 :]  # after --: more vLLM arguments
     s = load_settings()  # MAX_SEQS, GPU_UTIL, VLLM from the environment, as for pool-launch
-    argv = server_argv(s, Protocol(), Server(0, "0", a.model, a.port), a.model_path, sim=False) + extra
-    print(shlex.join(argv), flush=True)
+    srv = Server(0, os.environ.get("CUDA_VISIBLE_DEVICES", "0"), a.model, a.port)
+    tuning = Tuning.for_cores(cores_per_server(a.servers), s.api_servers, s.renderer_workers)
+    known = vllm_flags(s.vllm) if a.probe else None
+    argv = server_argv(s, Protocol(), srv, a.model_path, False, tuning, known) + extra
+    env = server_env(srv, False, tuning)
+    print(" ".join(f"{k}={v}" for k, v in env.items() if k == "OMP_NUM_THREADS"), shlex.join(argv), flush=True)
     if not a.dry_run:
-        os.execvp(argv[0], argv)
+        os.execvpe(argv[0], argv, {**os.environ, **env})
 
 
 if __name__ == "__main__":

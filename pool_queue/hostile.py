@@ -82,6 +82,7 @@ def _three(data: bytes, suffix: str) -> dict[str, bytes]:
 
 def _png_header_only(w: int, h: int) -> bytes:
     """A PNG that claims w x h pixels: readers learn the size without decoding a byte of it."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 

@@ -2,7 +2,9 @@
 
 Only MAX_SEQS (`--max-num-seqs`) and GPU_UTIL (`--gpu-memory-utilization`) may change, as in the
 run package; everything that could change what the model computes is fixed here. Server options
-that only change throughput (API server count, batched-token budget) are launcher defaults.
+that only change throughput (`Tuning`: API servers, renderer threads, processor cache, OpenMP
+threads) come from the host's cores per server, as measured on the H200 (benchmarks/results/h200.md),
+and a flag the installed vLLM does not know is left out (`vllm_flags`).
 The simulated server (`sim=True`) takes the same place for tests and the CPU demo.
 """
 
@@ -22,10 +24,13 @@ from .settings import Settings
 MAX_MODEL_LEN = {"8b": 8192, "2b": 8192}  # step 3: 32 x 196 tokens for square 448-px frames, + text
 IMAGES = {"8b": 1, "2b": 32}
 MAX_PIXELS = 448 * 448  # the processor never upsizes a protocol frame past 448 x 448
-API_SERVERS = {"8b": 4, "2b": 4}  # one API process caps the H200 at ~320 req/s on step 1 (measured)
 BATCHED_TOKENS = {"8b": 16384, "2b": 32768}  # step 3 prefill of 32 images: 6.0 -> 6.9 req/s (measured)
-# Step 3 is bound by the host copying float32 pixel values (benchmarks/results/h200.md): more API
-# servers, renderer threads, torch_shm IPC, ViT CUDA graphs or a second server per GPU did not help.
+# Flags that change only throughput, and the first vLLM release that knows each (from its source).
+OPTIONAL_FLAGS = {
+    "--api-server-count": "0.10.0",
+    "--mm-processor-cache-gb": "0.10.1",
+    "--renderer-num-workers": "0.19.0",
+}
 SIM_PROFILE = {"8b": "qwen3-vl-8b", "2b": "qwen3-vl-2b"}
 
 
@@ -35,6 +40,52 @@ def model_of(step: int) -> str:
 
 def steps_of(model: str) -> list[int]:
     return [3] if model == "2b" else [1, 2]
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """Throughput-only server options. On a 16-core H200 host, step 3 went from 7.3 to 20.5 items/s and
+    the GPU from 30 to 91 % busy: OpenMP's default threads in the engine core fought the API servers
+    for the cores, then one preprocessing thread per API server was the limit (h200.md)."""
+
+    api_servers: int
+    renderer_workers: int
+    processor_cache_gb: int = 0  # every frame of a screen is new: the cache only costs a copy
+    omp_threads: int = 1
+
+    @classmethod
+    def for_cores(cls, cores: int, api_servers: int | None = None, renderer_workers: int | None = None) -> Tuning:
+        """16 cores per server (the H200 host) -> 8 API servers and 3 renderer threads; fewer cores, fewer."""
+        return cls(api_servers or max(1, min(8, cores // 2)), renderer_workers or max(1, min(3, cores // 5)))
+
+
+def cores_per_server(n_servers: int) -> int:
+    """This process's cores (Slurm's and docker's CPU sets count) shared by the node's servers."""
+    return max(1, len(os.sched_getaffinity(0)) // max(1, n_servers))
+
+
+def flags_of_release(version: str) -> frozenset[str]:
+    """The optional flags a vLLM release knows, from OPTIONAL_FLAGS (compose pins a release)."""
+
+    def key(v: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in v.split(".")[:3] if x.isdigit())
+
+    return frozenset(f for f, since in OPTIONAL_FLAGS.items() if key(version) >= key(since))
+
+
+def vllm_flags(vllm: str) -> frozenset[str] | None:
+    """The optional flags that `<vllm> serve` knows (one `--help` call); None when its help cannot be read."""
+    for ask in ("--help=all", "--help"):  # vLLM >= 0.10 lists only groups under a bare --help
+        try:
+            out = subprocess.run(
+                [*shlex.split(vllm), "serve", ask], capture_output=True, text=True, timeout=300, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        text = out.stdout + out.stderr
+        if "--max-num-seqs" in text:
+            return frozenset(f for f in OPTIONAL_FLAGS if f in text)
+    return None
 
 
 @dataclass(frozen=True)
@@ -80,7 +131,16 @@ def snapshot(protocol: Protocol, model: str, sim: bool) -> str:
     return snapshot_download(spec.model, revision=spec.revision, local_files_only=True)
 
 
-def server_argv(s: Settings, protocol: Protocol, srv: Server, model_path: str, sim: bool) -> list[str]:
+def server_argv(
+    s: Settings,
+    protocol: Protocol,
+    srv: Server,
+    model_path: str,
+    sim: bool,
+    tuning: Tuning,
+    known: frozenset[str] | None = None,
+) -> list[str]:
+    """`known`: the optional flags the installed vLLM accepts (`vllm_flags`); None passes them all."""
     spec = protocol.steps[steps_of(srv.model)[0]]
     fixed = [
         "--served-model-name", spec.served_name,
@@ -98,13 +158,24 @@ def server_argv(s: Settings, protocol: Protocol, srv: Server, model_path: str, s
         "--gpu-memory-utilization", str(s.gpu_util),
         "--mm-processor-kwargs", json.dumps({"max_pixels": MAX_PIXELS}),
         "--dtype", "bfloat16",
-        "--api-server-count", str(API_SERVERS[srv.model]),
         "--max-num-batched-tokens", str(BATCHED_TOKENS[srv.model]),
+        *optional_args(tuning, known),
     ]  # fmt: skip
 
 
-def server_env(srv: Server, sim: bool) -> dict[str, str]:
+def optional_args(tuning: Tuning, known: frozenset[str] | None) -> list[str]:
+    want = {
+        "--api-server-count": tuning.api_servers,
+        "--mm-processor-cache-gb": tuning.processor_cache_gb,
+        "--renderer-num-workers": tuning.renderer_workers,
+    }
+    return [x for flag, v in want.items() if known is None or flag in known for x in (flag, str(v))]
+
+
+def server_env(srv: Server, sim: bool, tuning: Tuning | None = None) -> dict[str, str]:
     env = {"CUDA_VISIBLE_DEVICES": srv.device} if not sim else {}
+    if tuning is not None and not sim and "OMP_NUM_THREADS" not in os.environ:
+        env["OMP_NUM_THREADS"] = str(tuning.omp_threads)  # the user's own setting wins
     if "HF_HUB_OFFLINE" not in os.environ:
         env["HF_HUB_OFFLINE"] = "1"  # the models were fetched before (pool-fetch): never reach the hub mid-run
     return env

@@ -58,7 +58,6 @@ def make_plan(step: int, items: pa.Table, store: Store, frames_dir: Path, pendin
     settled = pc.is_in(ids, value_set=store.final_ids(step, MAX_ITEM_RUNS))
     pending = pc.and_(pc.invert(settled), pc.is_in(ids, value_set=pa.array(pending_ids, pa.string())))
     todo = pc.invert(pc.or_(settled, pending))
-    remaining = elig.filter(todo)
-    if step > 1:
-        remaining = remaining.sort_by([("video_id", "ascending"), ("item_id", "ascending")])  # frame-cache locality
+    # by video at every step: step 1's chunks then hold whole videos, so do the follow-ups they chain to
+    remaining = elig.filter(todo).sort_by([("video_id", "ascending"), ("item_id", "ascending")])
     return Plan(step, elig, pc.sum(settled).as_py() or 0, pc.sum(pending).as_py() or 0, remaining)

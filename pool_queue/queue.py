@@ -94,11 +94,19 @@ class Screen:
             meta={"recheck": True} if recheck else None,
         )
 
-    def enqueue_chunks(self, step: int, item_ids: Sequence[str], chunk_size: int, recheck: bool = False) -> int:
+    def enqueue_chunks(
+        self,
+        step: int,
+        item_ids: Sequence[str],
+        chunk_size: int,
+        recheck: bool = False,
+        videos: Sequence[str] | None = None,
+    ) -> int:
         """Bulk-enqueue item ids as chunk jobs, in pipelines; returns the number of jobs created. `recheck`:
-        workers may still be writing rows for these items (a recovery), so they check the store first."""
+        workers may still be writing rows for these items (a recovery), so they check the store first.
+        `videos` (one per id, ids sorted by video): a chunk never splits a video."""
         q = self.queue(step)
-        chunks = [list(item_ids[i : i + chunk_size]) for i in range(0, len(item_ids), chunk_size)]
+        chunks = [list(item_ids[a:b]) for a, b in cuts(len(item_ids), chunk_size, videos)]
         made = 0
         for b in range(0, len(chunks), BATCH):
             batch = chunks[b : b + BATCH]
@@ -181,6 +189,19 @@ class Screen:
             if running or q.count or self.conn.llen(q.intermediate_queue_key):
                 return True
         return False
+
+
+def cuts(n: int, size: int, videos: Sequence[str] | None = None) -> list[tuple[int, int]]:
+    """[start, end) of chunks of about `size`; with `videos`, each cut moves past the end of its video, so a
+    video's items are sent together and vLLM's prefix cache reuses their frames."""
+    out, start = [], 0
+    while start < n:
+        end = min(n, start + size)
+        while videos is not None and end < n and videos[end] == videos[end - 1]:
+            end += 1
+        out.append((start, end))
+        start = end
+    return out
 
 
 def other_screens(conn: Redis, mine: str) -> list[str]:

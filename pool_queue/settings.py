@@ -8,7 +8,7 @@ names so existing habits (`STEP=1 NGPU=2 bash run_remote.sh`) carry over; our ow
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
@@ -48,6 +48,8 @@ class Settings(BaseSettings):
     max_seqs: int = Field(default=64, validation_alias=AliasChoices("MAX_SEQS", "POOL_MAX_SEQS"), ge=1)
     py: str = Field(default="python3", validation_alias=AliasChoices("PY", "POOL_PY"))
     vllm: str = Field(default="vllm", validation_alias=AliasChoices("VLLM", "POOL_VLLM"))
+    api_servers: int | None = Field(default=None, ge=1, description="vLLM --api-server-count; default from cores/GPU")
+    renderer_workers: int | None = Field(default=None, ge=1, description="vLLM --renderer-num-workers; default ditto")
 
     # Worker behaviour.
     max_attempts: int = Field(default=4, ge=1, description="attempts per forward for transient failures")
@@ -57,6 +59,9 @@ class Settings(BaseSettings):
     max_frame_pixels: int = Field(default=50_000_000, ge=1, description="a larger frame is an error row, never decoded")
     fault_items: Annotated[frozenset[str], NoDecode] = Field(
         default_factory=frozenset, description="tests only: item ids whose screening raises inside the worker"
+    )
+    video_send: Literal["adjacent", "serial"] = Field(
+        default="adjacent", description="steps with frames: a video's items at once, or its first item first"
     )
     metrics_port: int | None = Field(default=None, ge=0, le=65535, description="worker /metrics port; 0 = any")
 

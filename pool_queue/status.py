@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import redis
 from pydantic import BaseModel
 
-from . import presence
+from . import prefix_cache, presence
 from .items import ItemSet
 from .plan import MAX_ITEM_RUNS, eligible
 from .queue import Screen, other_screens, screen_of
@@ -44,6 +44,7 @@ class StepStatus(BaseModel):
     items_per_s_1m: float
     items_per_s_5m: float
     eta_s: float | None  # remaining / the 5-minute rate; None when nothing moves
+    prefix_cache_hit_rate: float | None = None  # vLLM's, over the step's prompt tokens (prefix_cache.py)
 
 
 class WorkerStatus(presence.WorkerSnapshot):
@@ -105,7 +106,11 @@ class StatusReader:
             health = asyncio.run(_probe({w.server for w in workers}))
             for w in workers:
                 w.health = health[w.server]
-        steps = [self._step(step, now, queues.get(step, (0, 0, 0, 0, 0) if screen is None else None)) for step in STEPS]
+        cache = prefix_cache.read(self.store.root)
+        steps = [
+            self._step(step, now, queues.get(step, (0, 0, 0, 0, 0) if screen is None else None), cache.get(step))
+            for step in STEPS
+        ]
         return RunStatus(
             at=now,
             results=str(self.store.root),
@@ -117,7 +122,9 @@ class StatusReader:
             redis_error=redis_error,
         )
 
-    def _step(self, step: int, now: float, q: tuple[int, int, int, int, int] | None) -> StepStatus:
+    def _step(
+        self, step: int, now: float, q: tuple[int, int, int, int, int] | None, cache: prefix_cache.StepCache | None
+    ) -> StepStatus:
         elig = eligible(step, self.items.items, self.store, self.frames_dir).column("item_id")
         w = self.store.winners(step)
         w = w.filter(pc.is_in(w.column("item_id"), value_set=elig))
@@ -142,6 +149,7 @@ class StatusReader:
             items_per_s_1m=rates[0],
             items_per_s_5m=rates[1],
             eta_s=remaining / rates[1] if rates[1] > 0 and remaining else None,
+            prefix_cache_hit_rate=cache.rate if cache else None,
         )
 
     def _items_in(self, screen: Screen, job_ids: list[str]) -> int:

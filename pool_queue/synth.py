@@ -126,6 +126,7 @@ class SynthConfig:
     shard_videos: int = 100
     bad_items: bool = False  # add a file of invalid items (one per validation rule)
     corrupt_frames: int = 0  # frames overwritten with garbage or truncated
+    items_per_video: int = 0  # 0: each item picks a video at random (the real pool has ~2.7 per video)
 
 
 @dataclass(frozen=True)
@@ -242,7 +243,7 @@ def generate(root: Path, cfg: SynthConfig = SynthConfig()) -> SynthSummary:
         k: [] for k in ("item_id", "benchmark", "video_id", "question", "options", "answer")
     }
     for i in range(cfg.n_items):
-        vid, b = videos[rng.randrange(len(videos))]
+        vid, b = videos[i // cfg.items_per_video % len(videos) if cfg.items_per_video else rng.randrange(len(videos))]
         bench = BENCHMARKS[b]
         q = question_in_band(rng, bench.band)
         n = rng.randint(*bench.n_options)

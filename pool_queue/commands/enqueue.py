@@ -20,7 +20,7 @@ from ..items import ItemsError, ItemSet, load_items
 from ..lease import rescue
 from ..plan import make_plan
 from ..progress import count_progress
-from ..queue import BATCH, Screen, screen_of
+from ..queue import BATCH, Screen, cuts, screen_of
 from ..settings import Settings
 from ..store import STEPS, Store, StoreError
 from ._cli import fail, load_protocol, parser, settings
@@ -100,18 +100,15 @@ def _one_step(
             f"[yellow]step {step}: {n_failed} job(s) failed for good and are held (pool-status shows why); "
             "--retry-failed runs them again[/]"
         )
-    todo = plan.remaining.column("item_id").to_pylist()
-    if a.limit is not None:
-        todo = todo[: a.limit]
+    rem = plan.remaining if a.limit is None else plan.remaining.slice(0, a.limit)
+    todo, videos = rem.column("item_id").to_pylist(), rem.column("video_id").to_pylist()
     if not a.plan_only and todo and screen is not None:
         jobs = 0
         has_rows = store.index(step).num_rows > 0  # a recovery: workers may be finishing some of these items
-        step_items = BATCH * s.chunk_size
         with count_progress(f"enqueue step {step}", len(todo)) as advance:
-            for i in range(0, len(todo), step_items):
-                part = todo[i : i + step_items]
-                jobs += screen.enqueue_chunks(step, part, s.chunk_size, recheck=has_rows)
-                advance(len(part))
+            for i, j in cuts(len(todo), BATCH * s.chunk_size, videos):  # pipelines of whole videos too
+                jobs += screen.enqueue_chunks(step, todo[i:j], s.chunk_size, has_rows, videos[i:j])
+                advance(j - i)
         con.print(
             f"enqueued {len(todo)} items as {jobs} jobs on {screen.queue_name(step)} "
             f"in {time.perf_counter() - t0:.1f} s"

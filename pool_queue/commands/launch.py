@@ -22,7 +22,20 @@ from pathlib import Path
 from huggingface_hub.errors import LocalEntryNotFoundError
 from redis import RedisError
 
-from ..launch import Server, devices, log_name, plan_servers, server_argv, server_env, snapshot, steps_of
+from ..launch import (
+    OPTIONAL_FLAGS,
+    Server,
+    Tuning,
+    cores_per_server,
+    devices,
+    log_name,
+    plan_servers,
+    server_argv,
+    server_env,
+    snapshot,
+    steps_of,
+    vllm_flags,
+)
 from ..procs import Procs, wait_health
 from ..queue import screen_of
 from ..store import Store
@@ -51,6 +64,20 @@ def _explain(log: Path, why: str) -> str:
             "do not lower the resolution or the frame count"
         )
     return "\n".join(msg)
+
+
+def _flags_known(vllm: str, t: Tuning, cores: int) -> frozenset[str] | None:
+    """Ask the installed vLLM once which optional flags it knows, and say what each server gets."""
+    known = vllm_flags(vllm)
+    print(
+        f"server options: {t.api_servers} API servers, {t.renderer_workers} renderer threads, processor cache "
+        f"{t.processor_cache_gb} GiB, OMP_NUM_THREADS={t.omp_threads} unless set ({cores} cores per server)"
+    )
+    if known is None:
+        print(f"could not read `{vllm} serve --help`: passing every option", file=sys.stderr)
+    elif missing := [f"{f} (vLLM >= {v})" for f, v in OPTIONAL_FLAGS.items() if f not in known]:
+        print("this vLLM does not know " + ", ".join(missing) + ": left out", file=sys.stderr)
+    return known
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -83,6 +110,9 @@ def main(argv: list[str] | None = None) -> None:
         paths = {m: snapshot(protocol, m, a.sim) for m in {srv.model for srv in servers}}
     except LocalEntryNotFoundError as e:  # not in the local cache: say how to get it
         fail(f"model not in the local hub cache ({e}); run `pool-fetch --models` first (or set HF_HOME)")
+    cores = cores_per_server(len(servers))
+    tuning = Tuning.for_cores(cores, s.api_servers, s.renderer_workers)
+    known = None if a.sim else _flags_known(s.vllm, tuning, cores)
     stop = False
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -93,10 +123,10 @@ def main(argv: list[str] | None = None) -> None:
         signal.signal(sig, on_signal)
     with Procs(logs) as procs:
         for srv in servers:
-            argv = server_argv(s, protocol, srv, paths[srv.model], a.sim)
+            argv = server_argv(s, protocol, srv, paths[srv.model], a.sim, tuning, known)
             if a.sim:
                 argv += ["--speed", str(a.sim_speed)]
-            procs.start(log_name("vllm", tag, srv), argv, env=server_env(srv, a.sim))
+            procs.start(log_name("vllm", tag, srv), argv, env=server_env(srv, a.sim, tuning))
         print(f"started {len(servers)} server(s): " + ", ".join(f"{v.name}={v.model}@{v.url}" for v in servers))
         with ThreadPoolExecutor(len(servers)) as ex:
             why = list(ex.map(lambda v: _wait_healthy(procs, log_name("vllm", tag, v), v, a.health_timeout), servers))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import plots
+from .. import plots, prefix_cache
 from ..items import ItemsError, ItemSet, load_items
 from ..protocol import Protocol
 from ..report import (
@@ -48,11 +48,17 @@ def markdown(reps: dict[int, StepReport], items: ItemSet, protocol: Protocol, re
     md += [f"Items: {items.items.num_rows:,} valid, {items.rejected.num_rows:,} rejected at validation", ""]
     md += ["## Return report", ""]
     rows = []
+    cache = prefix_cache.read(results)
     for s, r in reps.items():
         ex = ", ".join(r.error_ids[:EXAMPLES]) + (" ..." if r.n_errors > EXAMPLES else "")
         rate = f"{r.rows.num_rows / r.wall_s:.1f}" if r.wall_s else "-"
-        rows.append([s, f"{r.done:,}", f"{r.n_removed:,}", f"{r.n_errors:,}", ex or "-", duration(r.wall_s), rate])
-    md += _table(["step", "items done", "removed", "error rows", "example error ids", "wall", "items/s"], rows)
+        hit = cache[s].rate if s in cache else None
+        hits = f"{100 * hit:.1f} %" if hit is not None else "-"
+        rows.append([s, f"{r.done:,}", f"{r.n_removed:,}", f"{r.n_errors:,}", ex or "-", duration(r.wall_s)])
+        rows[-1] += [rate, hits]
+    head = ["step", "items done", "removed", "error rows", "example error ids", "wall", "items/s", "prefix-cache hits"]
+    md += _table(head, rows)
+    md += ["Prefix-cache hits: vLLM's share of prompt tokens served from its cache (a video's items share frames).", ""]
     rows = [
         [s, srv, f"{n:,}", duration(w), f"{n / w:.1f}" if w else "-"]
         for s, r in reps.items()

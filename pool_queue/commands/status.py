@@ -14,6 +14,7 @@ from rich import box
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from ..items import ItemsError, load_items
 from ..status import RunStatus, StatusReader
@@ -36,14 +37,24 @@ def _n(v: int | None) -> str:
     return "?" if v is None else f"{v:,}"
 
 
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.0f}%"
+
+
+def _table(title: str | None, cols: tuple[str, ...], right: bool = True) -> Table:
+    """A table that fits 80 columns: one space between columns, long values wrap instead of being cut."""
+    t = Table(box=box.SIMPLE_HEAD, title=title, padding=(0, 1), pad_edge=False, collapse_padding=True)
+    for col in cols:
+        t.add_column(col, justify="right" if right else "left", overflow="fold")
+    return t
+
+
 def render(st: RunStatus) -> Group:
-    at = st.at
-    steps = Table(
-        box=box.SIMPLE_HEAD,
-        title=f"pool-status  {st.results}  screen {st.screen or '-'}  {time.strftime('%H:%M:%S', time.localtime(at))}",
+    clock = time.strftime("%H:%M:%S", time.localtime(st.at))
+    head = Text(f"pool-status {clock}  screen {st.screen or '-'}  {st.results}", overflow="fold")
+    steps = _table(
+        None, ("step", "eligible", "done", "%", "removed", "errors", "queued", "running", "/s 5m", "ETA", "cache")
     )
-    for col in ("step", "eligible", "done", "%", "removed", "errors", "queued", "running", "/s 1m", "/s 5m", "ETA"):
-        steps.add_column(col, justify="right", no_wrap=True)
     for s in st.steps:
         steps.add_row(
             str(s.step),
@@ -54,40 +65,47 @@ def render(st: RunStatus) -> Group:
             f"[red]{s.errors:,}[/]" if s.errors else "0",
             _n(s.queued_items),
             _n(s.running_items),
-            f"{s.items_per_s_1m:.1f}",
             f"{s.items_per_s_5m:.1f}",
             "done" if s.eligible and not s.remaining else duration(s.eta_s),
+            _pct(s.prefix_cache_hit_rate),
         )
-    parts: list[Table | str] = [steps]
+    parts: list[Table | Text | str] = [head, steps, "cache: vLLM prefix-cache hits (share of prompt tokens)"]
     if st.redis_error:
         parts.append(f"[red]Redis unreachable: {st.redis_error}[/] (queue columns unknown)")
     if st.failed:
-        title = f"{len(st.failed)} job(s) failed for good (pool-enqueue --retry-failed)"
-        failed = Table(box=box.SIMPLE_HEAD, title=title)
-        for col in ("step", "job", "reason"):
-            failed.add_column(col)
+        failed = _table(
+            f"{len(st.failed)} job(s) failed for good (pool-enqueue --retry-failed)", ("step", "job", "reason"), False
+        )
         for f in st.failed[:10]:
             failed.add_row(str(f.step), f.job_id, f.reason.strip().splitlines()[-1][:100] if f.reason.strip() else "")
         parts.append(failed)
     if st.other_screens:
         parts.append(f"other screens in this Redis: {', '.join(st.other_screens)}")
-    workers = Table(box=box.SIMPLE_HEAD, title=f"{len(st.workers)} worker(s)")
-    for col in ("worker", "server", "steps", "items/s", "in flight", "server", "errors", "last error"):
-        workers.add_column(col)
+    if not st.workers:
+        parts.append("no live workers (none started, or all stopped)")
+        return Group(*parts)
+    workers = _table(
+        f"{len(st.workers)} worker(s)", ("worker", "steps", "items/s", "in flight", "server", "errors"), False
+    )
     for w in st.workers:
         up = {True: "[green]up[/]", False: "[red]DOWN[/]", None: "?"}[w.health if w.health is not None else w.server_up]
-        workers.add_row(
-            w.name,
-            w.server,
-            ",".join(map(str, w.steps)),
-            f"{w.items_per_s:.1f}",
-            f"{w.inflight}/{w.max_inflight}",
-            up,
-            str(w.errors),
-            (w.last_error or "")[:80],
-        )
-    parts.append(workers if st.workers else "no live workers (none started, or all stopped)")
+        rate, load = f"{w.items_per_s:.1f}", f"{w.inflight}/{w.max_inflight}"
+        workers.add_row(f"{w.name}\n{w.server}", ",".join(map(str, w.steps)), rate, load, up, str(w.errors))
+    parts.append(workers)
+    parts += [Text(f"last error of {w.name}: {w.last_error}", overflow="fold") for w in st.workers if w.last_error]
     return Group(*parts)
+
+
+def plain_lines(st: RunStatus) -> str:
+    """One line per step, for --watch into a log or a pipe (a live view would print nothing there)."""
+    clock = time.strftime("%H:%M:%S", time.localtime(st.at))
+    return "\n".join(
+        f"{clock} step {s.step}: done {s.done:,}/{s.eligible:,}, removed {s.removed:,}, errors {s.errors:,}, "
+        f"queued {_n(s.queued_items)}, running {_n(s.running_items)}, {s.items_per_s_5m:.1f}/s, "
+        f"ETA {'done' if s.eligible and not s.remaining else duration(s.eta_s)}, "
+        f"prefix-cache hits {_pct(s.prefix_cache_hit_rate)}; workers {len(st.workers)}"
+        for s in st.steps
+    )
 
 
 def remaining_lines(st: RunStatus) -> str:
@@ -114,17 +132,19 @@ def main(argv: list[str] | None = None) -> None:
         print(reader.read().model_dump_json(indent=2))
         return
     con = Console()
-    if not con.is_terminal:
-        con = Console(width=max(con.width, 140))  # logs and pipes: never truncate the numbers
     if not a.watch:
         st = reader.read()
         con.print(render(st))
         print(remaining_lines(st))
         return
-    with Live(render(reader.read()), console=con, refresh_per_second=1, screen=False) as live:
-        try:
+    try:
+        if not con.is_terminal:  # a log or a pipe: plain lines per refresh
+            while True:
+                print(plain_lines(reader.read()), flush=True)
+                time.sleep(a.watch)
+        with Live(render(reader.read()), console=con, refresh_per_second=1, screen=False) as live:
             while True:
                 time.sleep(a.watch)
                 live.update(render(reader.read()))
-        except KeyboardInterrupt:
-            pass
+    except KeyboardInterrupt:
+        pass

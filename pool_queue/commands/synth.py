@@ -20,6 +20,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--min-frames", type=int, default=8)
     p.add_argument("--max-frames", type=int, default=64)
     p.add_argument("--bad-items", action="store_true", help="add a file of invalid items (one per rule)")
+    p.add_argument("--items-per-video", type=int, default=0, help="exactly N items per video (0: at random)")
     p.add_argument("--corrupt-frames", type=int, default=0, help="videos whose frames get damaged")
     p.add_argument("--hostile", action="store_true", help="add ~50 kinds of messy items and frames")
     a = p.parse_args(argv)
@@ -30,6 +31,7 @@ def main(argv: list[str] | None = None) -> None:
         frames=(a.min_frames, a.max_frames),
         bad_items=a.bad_items,
         corrupt_frames=a.corrupt_frames,
+        items_per_video=a.items_per_video,
     )
     t0 = time.perf_counter()
     try:

@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-s", type=float, default=0.0, help="/health answers 503 for this long")
     p.add_argument("--startup-delay-s", type=float, default=0.0, help="do not even listen for this long")
     p.add_argument("--zero-latency", action="store_true", help="answer at once (client-overhead benchmarks)")
+    p.add_argument(
+        "--prefix-cache-tokens", type=int, default=1_000_000, help="prompt tokens the simulated prefix cache holds"
+    )
     p.add_argument("--speed", type=float, default=1.0, help="run the capacity model this many times faster")
     p.add_argument("--old-errors", action="store_true", help="flat error bodies, as vLLM before 0.10.1")
     p.add_argument("--faults", default="", help="rates, e.g. '500:0.01,hang:0.002,reset:0.01'")
@@ -64,6 +67,7 @@ def main(argv: list[str] | None = None) -> None:
         warmup_s=a.warmup_s,
         zero_latency=a.zero_latency,
         speed=a.speed,
+        prefix_cache_tokens=a.prefix_cache_tokens,
         old_errors=a.old_errors,
         exit_after=a.exit_after,
         hang_s=a.hang_s,

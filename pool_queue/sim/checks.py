@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import io
 import math
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ class Parsed:
     n_images: int
     prompt_tokens: int
     prefix_tokens: int  # tokens before the options (shared by an item's orders: prefix-cache hits)
+    image_tokens: int  # the frames come first: shared by the items of one video
+    image_key: bytes  # what the frames are (the prefix the items of one video share)
     top_k: int
 
 
@@ -119,5 +122,7 @@ def check(body: Any, lim: Limits) -> Parsed:
         n_images=len(urls),
         prompt_tokens=total,
         prefix_tokens=prefix,
+        image_tokens=img_tokens,
+        image_key=hashlib.blake2b("\n".join(urls).encode(), digest_size=12).digest() if urls else b"",
         top_k=int(top_k or 0) if logprobs else 0,
     )
