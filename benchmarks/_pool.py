@@ -15,15 +15,17 @@ from pool_queue.synth import SynthConfig, generate
 P = Protocol()
 
 
-def pool_items(root: Path, step: int, n: int, videos: int | None = None) -> list[dict[str, Any]]:
-    """n valid items of `root`, generating a pool there first when it has none."""
+def pool_items(root: Path, step: int, n: int, videos: int | None = None, per_video: int = 0) -> list[dict[str, Any]]:
+    """n valid items of `root` in video order, generating a pool there first when it has none. `per_video`:
+    exactly that many items per video (1: every item its own video, nothing for vLLM's cache to reuse)."""
     if not (root / "items").exists():
-        # the real pool has ~2.7 items per video: more would let vLLM's cache serve repeated images
+        # the real pool has ~2.7 items per video
         frames = (32, 34) if step == 3 else (8, 9)  # step 3 takes 32, step 2 the middle one
-        n_videos = videos or max(50, int(n / 2.7))
+        n_videos = -(-n // per_video) if per_video else videos or max(50, int(n / 2.7))
         generate(root, SynthConfig(n_items=n, n_videos=n_videos, seed=7, k_fraction=0.0, missing_fraction=0.0,
-                                   frames=frames))  # fmt: skip
-    items: list[dict[str, Any]] = load_items(root / "items").items.to_pylist()
+                                   frames=frames, items_per_video=per_video))  # fmt: skip
+    table = load_items(root / "items").items.sort_by([("video_id", "ascending"), ("item_id", "ascending")])
+    items: list[dict[str, Any]] = table.to_pylist()
     if len(items) < n:
         raise SystemExit(f"{root} has {len(items)} valid items, {n} needed")
     return items

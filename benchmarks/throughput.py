@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _pool import P, bodies, pool_items
 from _util import table
 
+from pool_queue import prefix_cache
 from pool_queue.procs import Procs, free_port, wait_health
 from pool_queue.queue import screen_of
 from pool_queue.store import Store
@@ -72,7 +73,8 @@ def _plain_client(args: tuple[str, Path, int, list[dict[str, Any]], int, Any]) -
 def ceiling(url: str, root: Path, step: int, items: list[dict[str, Any]], procs: int, conc: int) -> dict[str, float]:
     with mp.Manager() as m:
         start = m.Barrier(procs + 1)
-        shares = [(url, root, step, items[i::procs], conc, start) for i in range(procs)]
+        cut = [len(items) * i // procs for i in range(procs + 1)]  # whole videos per process, sent adjacently
+        shares = [(url, root, step, items[cut[i] : cut[i + 1]], conc, start) for i in range(procs)]
         with mp.Pool(procs) as pool:
             res = pool.map_async(_plain_client, shares)
             start.wait()
@@ -106,7 +108,7 @@ class GpuSampler(threading.Thread):
 
 
 def system(
-    url: str, root: Path, step: int, ids: list[str], workers: int, inflight: int, procs: Procs, gpu: GpuSampler
+    url: str, root: Path, step: int, items: list[dict[str, Any]], a: argparse.Namespace, procs: Procs, gpu: GpuSampler
 ) -> dict[str, float]:
     redis_url = procs.redis(free_port(), root.parent / "redis")
     results = root / "results" / f"bench-step{step}-{int(time.time())}"
@@ -115,11 +117,12 @@ def system(
     store.claim()
     screen = screen_of(store, Redis.from_url(redis_url))
     assert screen is not None
-    screen.enqueue_chunks(step, ids, 64)
+    screen.enqueue_chunks(step, [it["item_id"] for it in items], 64, videos=[it["video_id"] for it in items])
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     argv = [sys.executable, "-m", "workers.main", "--server", url, "--steps", str(step), "--burst"]
-    argv += ["--inflight", str(inflight), *common]
-    ws = [procs.start(f"bench-w{i}", [*argv, "--name", f"bench-w{i}"]) for i in range(workers)]
+    argv += ["--inflight", str(a.inflight), *common]
+    env = {"POOL_VIDEO_SEND": a.video_send}
+    ws = [procs.start(f"bench-w{i}", [*argv, "--name", f"bench-w{i}"], env=env) for i in range(a.workers)]
     for w in ws:
         w.wait()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -140,7 +143,16 @@ def system(
         "items": rows.num_rows, "forwards": fwd, "errors": errors, "fwd_s": fwd / (t1 - t0),
         "tok_s": tokens / (t1 - t0), "wall": t1 - t0, "cpu_ms_per_fwd": 1000 * cpu / max(fwd, 1),
         "gpu_busy": -1.0 if (busy := gpu.busy(t0, t1)) is None else busy,
+        "prefix_hit": -1.0 if (c := prefix_cache.read(results).get(step)) is None or c.rate is None else c.rate,
     }  # fmt: skip
+
+
+def server_cache(url: str) -> tuple[float, float]:
+    try:
+        got = prefix_cache.parse(httpx.get(url + "/metrics", timeout=10).text)
+    except httpx.HTTPError:
+        got = None
+    return got or (0.0, 0.0)
 
 
 def main() -> None:
@@ -156,14 +168,18 @@ def main() -> None:
     ap.add_argument("--inflight", type=int, default=128, help="forwards in flight per worker")
     ap.add_argument("--skip", type=int, default=0, help="leave the pool's first N items out (seen by this server)")
     ap.add_argument("--videos", type=int, help="videos in the generated pool (default: items / 2.7, as in the pool)")
+    ap.add_argument("--per-video", type=int, default=0, help="exactly N items per video (1: distinct videos)")
+    ap.add_argument(
+        "--video-send", choices=("adjacent", "serial"), default="adjacent", help="the workers' POOL_VIDEO_SEND"
+    )
     ap.add_argument("--root", type=Path, help="package root (a synthetic pool is generated if absent)")
     ap.add_argument("--out", type=Path, help="append a JSON line with the numbers and settings")
     ap.add_argument("--label", default="", help="names the server configuration in the JSON line")
     a = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="pool-bench-"))
     root = a.root or base / "root"
-    items = pool_items(root, a.step, a.skip + a.items + a.ceiling_items, a.videos)[a.skip :]
-    ceiling_items, system_ids = items[: a.ceiling_items], [it["item_id"] for it in items[a.ceiling_items :]][: a.items]
+    items = pool_items(root, a.step, a.skip + a.items + a.ceiling_items, a.videos, a.per_video)[a.skip :]
+    ceiling_items, system_items = items[: a.ceiling_items], items[a.ceiling_items :][: a.items]
     with Procs(base / "logs") as procs:
         url = a.server
         if a.sim:
@@ -173,22 +189,23 @@ def main() -> None:
         wait_health(url, 600)
         gpu = GpuSampler()
         gpu.start()
-        t_c = time.time()
+        t_c, c0 = time.time(), server_cache(url)
         ceil = ceiling(url, root, a.step, ceiling_items, a.procs, a.conc)
-        busy = gpu.busy(t_c, time.time())
+        busy, c1 = gpu.busy(t_c, time.time()), server_cache(url)
         ceil["gpu_busy"] = -1.0 if busy is None else busy
-        sys_ = system(url, root, a.step, system_ids, a.workers, a.inflight, procs, gpu) if system_ids else None
+        ceil["prefix_hit"] = (c1[1] - c0[1]) / (c1[0] - c0[0]) if c1[0] > c0[0] else -1.0
+        sys_ = system(url, root, a.step, system_items, a, procs, gpu) if system_items else None
         gpu.stop.set()
     print(f"step {a.step} against {url}: plain client {a.procs} x {a.conc}, system {a.workers} x {a.inflight}")
     rows: list[list[object]] = [["plain client", ceil["forwards"], ceil["errors"], ceil["wall"], ceil["fwd_s"],
-                                 ceil["tok_s"], ceil["gpu_busy"], "-", 100.0]]  # fmt: skip
+                                 ceil["tok_s"], ceil["gpu_busy"], ceil["prefix_hit"], "-", 100.0]]  # fmt: skip
     pct = None
     if sys_ is not None:
         pct = 100 * sys_["fwd_s"] / ceil["fwd_s"]
         rows.append(["pool-queue", sys_["forwards"], sys_["errors"], sys_["wall"], sys_["fwd_s"], sys_["tok_s"],
-                     sys_["gpu_busy"], sys_["cpu_ms_per_fwd"], pct])  # fmt: skip
-    print(table(["run", "forwards", "errors", "wall s", "fwd/s", "prompt tok/s", "GPU busy %", "CPU ms/fwd",
-                 "% of ceiling"], rows))  # fmt: skip
+                     sys_["gpu_busy"], sys_["prefix_hit"], sys_["cpu_ms_per_fwd"], pct])  # fmt: skip
+    print(table(["run", "forwards", "errors", "wall s", "fwd/s", "prompt tok/s", "GPU busy %", "cache hits",
+                 "CPU ms/fwd", "% of ceiling"], rows))  # fmt: skip
     if a.out:
         rec = {"step": a.step, "server": url, "label": a.label, "ceiling": ceil, "system": sys_,
                "pct_of_ceiling": pct,
