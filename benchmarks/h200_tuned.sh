@@ -8,7 +8,8 @@
 # from the repo root on the GPU machine (.whl and .gpu/base carried):
 #   bash benchmarks/h200_tuned.sh start            # install, our wheels, 4 servers, the pools, wait
 #   bash benchmarks/h200_tuned.sh step3 OUTDIR      # ~5 min
-#   bash benchmarks/h200_tuned.sh steps12 OUTDIR    # ~5 min
+#   bash benchmarks/h200_tuned.sh steps12 OUTDIR    # ~5 min (stop the 2B servers first: four servers at once
+#                                                   # ran the 8B out of GPU memory on its first full batch)
 set -euo pipefail
 H="bash benchmarks/h200.sh"
 export PYTHONPATH="/tmp/site:/tmp/ours:$PWD" PYTHONUNBUFFERED=1
@@ -23,7 +24,7 @@ print(len(pool_items(Path('$1'), $2, $3, ${5:-None}, $4)), 'items in $1')"
 
 case "${1:?start|step3|steps12}" in
   start)
-    $H install
+    [ -d /tmp/site/vllm ] || $H install
     $H deps
     export GPU_UTIL=0.15 MAX_SEQS=256
     $H serve 2b $NEW2 --kv-cache-memory-bytes $((32 * GIB))
@@ -46,7 +47,8 @@ case "${1:?start|step3|steps12}" in
     # shellcheck disable=SC2086
     {
       $H bench 3 $NEW2 --root /root/d1 --ceiling-items 240 --items 480 $C --label "new distinct" --out "$j"
-      $H bench 3 $NEW2 --root /root/d3 --ceiling-items 240 --items 480 $C --label "new 3/video adjacent" --out "$j"
+      $H bench 3 $NEW2 --root /root/d3 --ceiling-items 240 --items 480 $C --video-send adjacent \
+        --label "new 3/video adjacent" --out "$j"
       $H bench 3 $NEW2 --root /root/d3 --skip 720 --ceiling-items 30 --items 480 $C --video-send serial \
         --label "new 3/video serial" --out "$j"
       $H bench 3 $OLD2 --root /root/d1 --skip 720 --ceiling-items 240 --items 0 $C --label "old distinct" --out "$j"

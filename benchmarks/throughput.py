@@ -170,7 +170,7 @@ def main() -> None:
     ap.add_argument("--videos", type=int, help="videos in the generated pool (default: items / 2.7, as in the pool)")
     ap.add_argument("--per-video", type=int, default=0, help="exactly N items per video (1: distinct videos)")
     ap.add_argument(
-        "--video-send", choices=("adjacent", "serial"), default="adjacent", help="the workers' POOL_VIDEO_SEND"
+        "--video-send", choices=("adjacent", "serial"), default="serial", help="the workers' POOL_VIDEO_SEND"
     )
     ap.add_argument("--root", type=Path, help="package root (a synthetic pool is generated if absent)")
     ap.add_argument("--out", type=Path, help="append a JSON line with the numbers and settings")

@@ -1,9 +1,11 @@
-"""The result row: one per item and step, as the run package requires. Its schema lives here."""
+"""The result row: one per item and step, as the run package requires. Its schema lives here: the
+pydantic models for the JSONL store, and the one Arrow schema every step's Parquet export shares."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
 Status = Literal["ok", "error"]
@@ -58,3 +60,59 @@ class Row(BaseModel):
     worker: str
     started_at: float
     finished_at: float
+
+
+# Every step's export has exactly these types, nulls included, so the step files read as one table
+# (pyarrow.dataset, duckdb `select * from 'export/*.parquet'`, pandas). A test ties them to the models.
+TOKEN = pa.struct([("token", pa.string()), ("logprob", pa.float64())])
+FORWARD = pa.struct(
+    [
+        ("order", pa.list_(pa.int32())),
+        ("gold", pa.string()),
+        ("logprobs", pa.map_(pa.string(), pa.float64())),
+        ("floored", pa.list_(pa.string())),
+        ("pred", pa.string()),
+        ("margin", pa.float64()),
+        ("hit", pa.bool_()),
+        ("top", pa.list_(TOKEN)),
+        ("prompt_tokens", pa.int32()),
+        ("attempts", pa.int32()),
+        ("latency_s", pa.float64()),
+    ]
+)
+ROW_SCHEMA = pa.schema(
+    [
+        ("item_id", pa.string()),
+        ("step", pa.int32()),
+        ("status", pa.string()),
+        ("benchmark", pa.string()),
+        ("video_id", pa.string()),
+        ("error", pa.string()),
+        ("error_kind", pa.string()),
+        ("attempts", pa.int32()),
+        ("removed", pa.bool_()),
+        ("pred", pa.string()),
+        ("margin", pa.float64()),
+        ("n_hits", pa.int32()),
+        ("n_perm", pa.int32()),
+        ("forwards", pa.list_(FORWARD)),
+        ("frame_indices", pa.list_(pa.int32())),
+        ("n_frames_total", pa.int32()),
+        ("fingerprint", pa.string()),
+        ("model", pa.string()),
+        ("revision", pa.string()),
+        ("server", pa.string()),
+        ("worker", pa.string()),
+        ("started_at", pa.float64()),  # Unix seconds, as in the JSONL rows
+        ("finished_at", pa.float64()),
+    ]
+)
+
+
+def to_arrow(rows: list[dict[str, Any]]) -> pa.Table:
+    """Stored rows (JSON dicts) as a table of ROW_SCHEMA; the raw top-k pairs become (token, logprob) structs."""
+    fixed = [
+        {**r, "forwards": [{**f, "top": [{"token": t, "logprob": lp} for t, lp in f["top"]]} for f in r["forwards"]]}
+        for r in rows
+    ]
+    return pa.Table.from_pylist(fixed, schema=ROW_SCHEMA)

@@ -4,9 +4,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import duckdb
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 
+from pool_queue.items import load_items
+from pool_queue.protocol import Protocol
+from pool_queue.report import all_steps, by_benchmark
+from pool_queue.rows import ROW_SCHEMA
 from pool_queue.settings import load_settings
+from pool_queue.store import Store
 
 SCRIPTS = [
     "pool-synth",
@@ -74,7 +83,8 @@ def test_demo_runs_the_whole_screen(tmp_path):
     )
     assert export.returncode == 0, export.stderr
     lines = (tmp_path / "export" / "results" / "pool" / "step1" / "step1.jsonl").read_text().splitlines()
-    assert len(lines) == 150 and (tmp_path / "export" / "step1.parquet").exists()
+    assert len(lines) == 150 and f"{tmp_path}/export/step3.parquet" in export.stdout
+    _export_reads_as_one_table(tmp_path / "demo", tmp_path / "export")
     # the demo ends with an audit and a report of the finished screen
     assert "audit: " in out.stdout and ": OK," in out.stdout
     report = (tmp_path / "demo" / "results" / "report" / "report.md").read_text()
@@ -115,3 +125,23 @@ def test_a_root_that_does_not_exist_is_refused_and_nothing_is_written(tmp_path):
                        capture_output=True, text=True, timeout=60)  # fmt: skip
     assert x.returncode == 2 and "no results to export" in x.stderr and not (tmp_path / "out").exists(), x.stderr
     assert w.returncode != 0 and not missing.exists(), w.stderr[-500:]
+
+
+def _export_reads_as_one_table(root: Path, out: Path) -> None:
+    """Every step's Parquet file has the one schema: duckdb, pyarrow and pandas read them together, and
+    a per-benchmark removal query gives the report's numbers."""  # (pandas reads what pyarrow reads)
+    files = sorted(out.glob("step*.parquet"))
+    assert [pq.read_schema(f) for f in files] == [ROW_SCHEMA] * 3
+    both = pa.concat_tables(pq.read_table(f) for f in files)
+    assert both.num_rows == sum(len(f.read_text().splitlines()) for f in out.rglob("step*.jsonl"))
+    assert ds.dataset([str(f) for f in files], format="parquet").count_rows() == both.num_rows
+    glob = f"{out}/*.parquet"
+    query = "select step, benchmark, count(*), sum(removed::int) from '{}' where status = 'ok' "
+    query += "group by all order by 1, 2"
+    got = duckdb.sql(query.format(glob)).fetchall()
+    protocol = Protocol()
+    reps = all_steps(Store(root / "results" / "pool", protocol.fingerprint), load_items(root / "items"))
+    assert got == sorted((s, b, n, r) for s, rep in reps.items() for b, n, r, _ in by_benchmark(rep))
+    (first,) = duckdb.sql(f"select forwards[1].top[1].token, forwards[1].logprobs, frame_indices from '{glob}' "
+                          "where step = 3 limit 1").fetchall()  # fmt: skip
+    assert isinstance(first[0], str) and all(isinstance(i, int) for i in first[2]) and set(first[1]) <= set("ABCDEFGH")

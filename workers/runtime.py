@@ -73,7 +73,7 @@ class Worker:
         metrics_port: int | None = None,
         max_frame_pixels: int = DEFAULT_MAX_PIXELS,
         fault_items: frozenset[str] = frozenset(),
-        video_send: VideoSend = "adjacent",
+        video_send: VideoSend = "serial",
     ) -> None:
         self.name = name
         self.server = server
@@ -223,7 +223,7 @@ class Worker:
             todo = [i for i in ids if i not in skip]
             n_fw = self.protocol.steps[step].n_orders
             found = self._items(todo)
-            if self.protocol.steps[step].frames != "none":  # a video's items go out together: vLLM reuses its frames
+            if self.protocol.steps[step].frames != "none":  # a video's items together: vLLM reuses its frames
                 todo.sort(key=lambda i: found[i].video_id if i in found else "")
             self.backlog += n_fw * len(todo)  # each _screen takes its share off, whatever happens
             rows = await asyncio.gather(*(self._screen(step, i, found.get(i), n_fw) for i in todo))

@@ -54,7 +54,7 @@ class Screener:
         inflight: asyncio.Semaphore,
         max_frame_pixels: int = DEFAULT_MAX_PIXELS,
         fault_items: frozenset[str] = frozenset(),
-        video_send: VideoSend = "adjacent",
+        video_send: VideoSend = "serial",
     ) -> None:
         self.protocol = protocol
         self.client = client

@@ -1,7 +1,8 @@
 """pool-export: write one row per item and step (the winners) as Parquet and merged JSONL.
 
-Output: <out>/results/pool/step{N}/step{N}.jsonl and <out>/step{N}.parquet, the run package's
-layout, so a packed return reads as one row per item.
+Output: <out>/results/pool/step{N}/step{N}.jsonl (the run package's layout, so a packed return reads
+as one row per item) and <out>/step{N}.parquet, every step with the same schema (rows.ROW_SCHEMA;
+README, "Exported data"), so `select * from '<out>/*.parquet'` reads all steps at once.
 """
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
-import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..rows import to_arrow
 from ..store import STAMP, STEPS, Store, StoreError
 from ._cli import fail, load_protocol, parser, settings
 
@@ -24,12 +25,7 @@ def export(store: Store, out: Path) -> dict[int, int]:
         d.mkdir(parents=True, exist_ok=True)
         with (d / f"step{step}.jsonl").open("wb") as f:
             f.write(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-        if rows:
-            flat = [
-                {k: (orjson.dumps(v).decode() if isinstance(v, (list, dict)) else v) for k, v in r.items()}
-                for r in rows
-            ]
-            pq.write_table(pa.Table.from_pylist(flat), out / f"step{step}.parquet")
+        pq.write_table(to_arrow(rows), out / f"step{step}.parquet")  # an empty step too: the schema is known
         counts[step] = len(rows)
     return counts
 
@@ -49,4 +45,4 @@ def main(argv: list[str] | None = None) -> None:
     except StoreError as e:
         fail(str(e))
     for step, n in counts.items():
-        print(f"step {step}: {n} rows -> {a.out}/results/pool/step{step}/step{step}.jsonl")
+        print(f"step {step}: {n} rows -> {a.out}/step{step}.parquet, {a.out}/results/pool/step{step}/step{step}.jsonl")

@@ -38,7 +38,7 @@ class SimConfig:
     warmup_s: float = 0.0
     zero_latency: bool = False
     speed: float = 1.0  # >1 runs the capacity model faster than the profile says
-    prefix_cache_tokens: int = 1_000_000  # ~ a 2B's KV cache on an H200 at 0.85: a few hundred step-3 prompts
+    prefix_cache_tokens: int = 1_000_000  # a 2B's KV cache near 0.85 of an H200 (32 GiB held 299,584 tokens)
     old_errors: bool = False
     exit_after: int | None = None
     hang_s: float = 3600.0
