@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import duckdb
@@ -11,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pool_queue.items import load_items
+from pool_queue.procs import Procs, free_port, wait_health
 from pool_queue.protocol import Protocol
 from pool_queue.report import all_steps, by_benchmark
 from pool_queue.rows import ROW_SCHEMA
@@ -145,3 +147,58 @@ def _export_reads_as_one_table(root: Path, out: Path) -> None:
     (first,) = duckdb.sql(f"select forwards[1].top[1].token, forwards[1].logprobs, frame_indices from '{glob}' "
                           "where step = 3 limit 1").fetchall()  # fmt: skip
     assert isinstance(first[0], str) and all(isinstance(i, int) for i in first[2]) and set(first[1]) <= set("ABCDEFGH")
+
+
+def _worker(root: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    argv = [str(Path(sys.executable).parent / "pool-worker"), "--root", str(root), *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+
+
+def _one_error_line(out: subprocess.CompletedProcess[str]) -> str:
+    """Exit 2, no traceback, and the last line says what went wrong."""
+    assert out.returncode == 2 and "Traceback" not in out.stderr and "Unclosed" not in out.stderr, out.stderr
+    return out.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:8001", "ftp://127.0.0.1:8001", "http://127.0.0.1:99999", "http://:8001"])
+def test_a_server_url_that_cannot_be_right_fails_at_once(pool_root, url):
+    out = _worker(pool_root, "--server", url)
+    assert "--server" in _one_error_line(out) and url in out.stderr
+
+
+def test_a_server_that_never_answers_is_waited_for_then_named(pool_root):
+    port = free_port()
+    t0 = time.monotonic()
+    out = _worker(pool_root, "--server", f"http://127.0.0.1:{port}", "--burst", "--wait-server", "2")
+    line = _one_error_line(out)
+    assert f"http://127.0.0.1:{port}" in line and "within 2 s" in line and time.monotonic() - t0 < 30, line
+    assert "waiting up to 2 s for the vLLM server" in out.stderr  # one progress line, not one per probe
+    assert not (pool_root / "results" / "pool" / "PROTOCOL.json").exists()  # nothing written
+
+
+def test_burst_caps_the_server_wait_at_30_s(pool_root):
+    argv = [str(Path(sys.executable).parent / "pool-worker"), "--root", str(pool_root), "--burst",
+            "--server", f"http://127.0.0.1:{free_port()}"]  # fmt: skip
+    with subprocess.Popen(argv, stderr=subprocess.PIPE, text=True) as p:
+        assert p.stderr is not None
+        first = p.stderr.readline()
+        p.terminate()
+    assert "waiting up to 30 s for the vLLM server" in first, first
+
+
+def test_a_redis_port_given_as_the_server_fails_at_once(pool_root, tmp_path):
+    with Procs(tmp_path / "logs") as procs:
+        port = free_port()
+        procs.redis(port, tmp_path / "redis")
+        out = _worker(pool_root, "--server", f"http://127.0.0.1:{port}", "--wait-server", "600")
+    assert "does not answer HTTP" in _one_error_line(out)
+
+
+def test_redis_down_at_start_is_waited_for_then_named(pool_root, tmp_path):
+    with Procs(tmp_path / "logs") as procs:
+        url = procs.sim("sim", free_port(), "--profile", "qwen3-vl-8b")
+        wait_health(url, 20)
+        redis = f"redis://127.0.0.1:{free_port()}/0"
+        out = _worker(pool_root, "--server", url, "--burst", "--wait-redis", "2", "--redis-url", redis)
+    line = _one_error_line(out)
+    assert "127.0.0.1" in line and "did not answer for 2 s" in line and "--wait-redis" in line, line

@@ -45,6 +45,10 @@ class ServerMisconfigured(Exception):
     """401/404 from the server or a model mismatch: no item is at fault, the worker must stop."""
 
 
+class ServerUnreachable(Exception):
+    """At start: no vLLM answered within the wait, or something answered that is not an HTTP server."""
+
+
 class _Transient(Exception):
     pass
 
@@ -145,6 +149,26 @@ class VLLMClient:
             self._down_since = None
             self.outage_s += took
             log.warning("%s is back after %.0f s", self.base_url, took)
+
+    async def wait_first(self, limit_s: float, poll_s: float = 1.0) -> None:
+        """At start: wait up to `limit_s` for /health (vLLM takes minutes to load). A port that accepts the
+        connection but does not speak HTTP (a Redis port, say) fails at once: no wait would help."""
+        deadline = time.monotonic() + limit_s
+        while True:
+            try:
+                r = await self.http.get("/health", timeout=5.0)
+                if r.status_code == 200:
+                    return
+                why = f"/health answers HTTP {r.status_code}"
+            except (httpx.ConnectError, httpx.TimeoutException) as e:
+                why = f"nothing answers ({e})"
+            except httpx.TransportError as e:
+                raise ServerUnreachable(
+                    f"{self.base_url} accepts connections but does not answer HTTP ({e}): is it the vLLM port?"
+                ) from e
+            if time.monotonic() >= deadline:
+                raise ServerUnreachable(f"no vLLM server ready at {self.base_url} within {limit_s:.0f} s: {why}")
+            await asyncio.sleep(poll_s)
 
     async def served_models(self) -> list[dict[str, Any]]:
         r = await self.http.get("/v1/models", timeout=15.0)

@@ -6,6 +6,7 @@ import asyncio
 import gc
 import logging
 import sys
+from urllib.parse import urlsplit
 
 from pool_queue.commands._cli import fail, load_protocol, parser, settings
 from pool_queue.items import ItemsError, load_items
@@ -13,10 +14,26 @@ from pool_queue.lease import Timing
 from pool_queue.queue import screen_of
 from pool_queue.store import Store, StoreError
 
-from .client import ServerMisconfigured, VLLMClient
+from .client import ServerMisconfigured, ServerUnreachable, VLLMClient
 from .redis_link import RedisLink
 from .runtime import Worker, unique_name
 from .serving import served_steps
+
+
+log = logging.getLogger("pool.worker")
+BURST_WAIT_S = 30.0
+
+
+def bad_server_url(url: str) -> str | None:
+    """Why `url` cannot be a vLLM base URL (no wait would help), or None."""
+    u = urlsplit(url)
+    try:
+        port = u.port
+    except ValueError:
+        return f"--server {url}: bad port"
+    if u.scheme not in ("http", "https") or not u.hostname or port == 0:
+        return f"--server {url}: write the vLLM base URL as http://HOST:PORT"
+    return None
 
 
 async def _main(argv: list[str] | None) -> int:
@@ -27,7 +44,9 @@ async def _main(argv: list[str] | None) -> int:
     )
     p.add_argument("--steps", help="comma-separated steps to take (default: every step the server's model serves)")
     p.add_argument("--inflight", type=int, help="forwards in flight to the server (default WORKERS, else MAX_SEQS)")
-    p.add_argument("--burst", action="store_true", help="exit when the queues are empty (waits at most 30 s for Redis)")
+    p.add_argument("--burst", action="store_true", help="exit when the queues are empty (waits at most 30 s)")
+    p.add_argument("--wait-server", type=float, metavar="S", help="wait this long for the server at start (1 h)")
+    p.add_argument("--wait-redis", type=float, metavar="S", help="wait this long for Redis, at start or in an outage (1 h)")
     p.add_argument(
         "--metrics-port", type=int, help="serve Prometheus /metrics on this port (0: any free port; POOL_METRICS_PORT)"
     )
@@ -36,10 +55,14 @@ async def _main(argv: list[str] | None) -> int:
     a = p.parse_args(argv)
     logging.basicConfig(level=a.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    s = settings(a)
+    s = settings(a, wait_server_s=a.wait_server, wait_redis_s=a.wait_redis)
     server = a.server or (s.servers[0] if s.servers else None)
     if not server:
         fail("no server: pass --server URL or set POOL_SERVERS")
+    if (why := bad_server_url(server)) is not None:
+        fail(why)
+    # waiting suits a long-running worker, not a one-off run
+    wait_server, wait_redis = (min(w, BURST_WAIT_S) if a.burst else w for w in (s.wait_server_s, s.wait_redis_s))
     protocol = load_protocol(s)
     key = s.vllm_api_key.get_secret_value() if s.vllm_api_key else None
     try:  # the inputs first: a wrong root fails at once, before any wait for the server or any write
@@ -50,7 +73,8 @@ async def _main(argv: list[str] | None) -> int:
         fail(str(e))
     client = VLLMClient(server, key, s.request_timeout_s, s.max_attempts, backoff_s=s.retry_backoff_s)
     try:
-        await client.wait_up()
+        log.info("waiting up to %.0f s for the vLLM server at %s (/health)", wait_server, server)
+        await client.wait_first(wait_server)
         steps = served_steps(protocol, await client.served_models(), a.allow_unpinned)
         if a.steps:
             wanted = [int(x) for x in a.steps.split(",")]
@@ -58,7 +82,7 @@ async def _main(argv: list[str] | None) -> int:
                 raise ServerMisconfigured(f"--steps {a.steps}: the server serves steps {steps} only")
             steps = wanted
         store.claim()
-    except (ServerMisconfigured, StoreError) as e:
+    except (ServerMisconfigured, ServerUnreachable, StoreError) as e:
         await client.aclose()
         fail(str(e))
     inflight = a.inflight or s.workers or s.max_seqs  # keep the server's batch full
@@ -66,7 +90,7 @@ async def _main(argv: list[str] | None) -> int:
     screen = screen_of(store, conn)
     assert screen is not None  # the store was just claimed
     name = unique_name(server, a.name)
-    logging.getLogger("pool.worker").info(
+    log.info(
         "%s: screen %s, steps %s via %s, %d in flight, %d items known",
         name,
         screen.id,
@@ -85,7 +109,7 @@ async def _main(argv: list[str] | None) -> int:
         store=store,
         frames_dir=s.frames_dir,
         screen=screen,
-        link=RedisLink(s.redis_where(), min(s.wait_redis_s, 30.0) if a.burst else s.wait_redis_s, name),
+        link=RedisLink(s.redis_where(), wait_redis, name),
         timing=timing,
         client=client,
         max_inflight=inflight,

@@ -137,9 +137,9 @@ class Worker:
             loop.add_signal_handler(sig, self._on_signal)
         try:
             self.rq = await self.link.call(self._rq_worker)
-        except RedisGone as e:
-            log.error("%s: %s", self.name, e)
-            return 4
+        except RedisGone as e:  # never reached at start: a setting to fix (exit 2), not an outage to outlive
+            log.error("%s: cannot start: %s (--wait-redis)", self.name, e)
+            return 2
         if self.metrics_port is not None:
             port = self.metrics.serve(self.metrics_port)
             self.metrics_url = f"http://{socket.gethostname()}:{port}/metrics"

@@ -75,6 +75,8 @@ class SlimTransport(httpx.AsyncBaseTransport):
                 status, headers = r.status, r.raw_headers
         except TimeoutError as e:
             raise httpx.ReadTimeout(f"no answer within {timeout.sock_read} s", request=request) from e
+        except aiohttp.ServerDisconnectedError as e:  # it accepted the connection, then closed it: as httpx says
+            raise httpx.RemoteProtocolError(str(e) or "server disconnected without a response", request=request) from e
         except aiohttp.ClientConnectionError as e:
             raise httpx.ConnectError(str(e) or type(e).__name__, request=request) from e
         except aiohttp.ClientError as e:
