@@ -137,7 +137,8 @@ class Procs:
         return proc.returncode
 
     def stop_all(self) -> None:
-        for name in list(self.children):
+        """Last started, first stopped: workers finish their jobs while their servers and Redis still run."""
+        for name in reversed(list(self.children)):
             self.stop(name, timeout=5.0)
 
     def __enter__(self) -> Procs:

@@ -7,6 +7,7 @@ names so existing habits (`STEP=1 NGPU=2 bash run_remote.sh`) carry over; our ow
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -19,7 +20,9 @@ from redis import Redis
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", env_prefix="POOL_", extra="ignore", populate_by_name=True)
 
-    root: Path = Field(default=Path("pool"), description="package root: items/, frames/, results/, logs/")
+    root: Path = Field(
+        default_factory=lambda: default_root(), description="package root: items/, frames/, results/, logs/"
+    )
     results: Path | None = Field(default=None, description="results root; default <root>/results/pool")
     logs: Path | None = Field(default=None, description="log folder; default <root>/logs")
     redis_url: str = Field(
@@ -142,6 +145,14 @@ class Settings(BaseSettings):
         return self.redis_url.split("@")[-1]
 
 
+def default_root() -> Path:
+    """One rule for every command and script: the current folder when it holds items/ (run_remote.sh is
+    run from inside the package root), else ./pool."""
+    return Path(".") if Path("items").is_dir() else Path("pool")
+
+
 def load_settings(**overrides: Any) -> Settings:
-    """Settings from env/.env with command-line overrides; flags left unset (None) do not override."""
-    return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    """Settings from env/.env with command-line overrides; flags left unset (None) do not override.
+    POOL_ENV_FILE names another env file ("" reads none: the test suite, so a demo's .env cannot leak in)."""
+    env_file = os.environ.get("POOL_ENV_FILE", ".env") or None
+    return Settings(_env_file=env_file, **{k: v for k, v in overrides.items() if v is not None})  # type: ignore[call-arg]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,6 +10,9 @@ from pathlib import Path
 import pytest
 
 from pool_queue.synth import SynthConfig, generate
+
+# A `.env` that `make demo` left in the checkout must not steer the tests (nor the commands they run).
+os.environ["POOL_ENV_FILE"] = ""
 
 
 @pytest.fixture(scope="session")

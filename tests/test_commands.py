@@ -1,5 +1,7 @@
 """The console scripts as a user runs them."""
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -14,7 +16,7 @@ import pytest
 from pool_queue.items import load_items
 from pool_queue.procs import Procs, free_port, wait_health
 from pool_queue.protocol import Protocol
-from pool_queue.report import all_steps, by_benchmark
+from pool_queue.report import all_steps, by_benchmark, step_report
 from pool_queue.rows import ROW_SCHEMA
 from pool_queue.settings import load_settings
 from pool_queue.store import Store
@@ -58,47 +60,55 @@ def test_settings_env_flags_and_secrets(monkeypatch, tmp_path):
 
 
 def test_demo_runs_the_whole_screen(tmp_path):
+    """As a new user: the demo says where its Redis is and which commands work; afterwards the bare
+    commands in that folder find the demo; its items/s are the report's."""
     bindir = Path(sys.executable).parent
-    out = subprocess.run(
-        [
-            str(bindir / "pool-demo"),
-            "--root",
-            str(tmp_path / "demo"),
-            "--items",
-            "150",
-            "--videos",
-            "30",
-            "--speed",
-            "20",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    env = {k: v for k, v in os.environ.items() if k != "POOL_ENV_FILE"}  # read the .env the demo writes
+
+    def run(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(bindir / argv[0]), *argv[1:]], capture_output=True, text=True, timeout=timeout,
+                              cwd=tmp_path, env=env)  # fmt: skip
+
+    out = run("pool-demo", "--root", "demo", "--items", "150", "--videos", "30", "--speed", "20", timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "demo screen of 150 items" in out.stdout and "REMAINING_TOTAL=150" in out.stdout
-    export = subprocess.run(
-        [str(bindir / "pool-export"), "--root", str(tmp_path / "demo"), "--out", str(tmp_path / "export")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    assert "demo Redis: redis://127.0.0.1:" in out.stdout and "rq info -u redis://127.0.0.1:" in out.stdout
+    # bare commands now find the demo (its Redis is gone: the queue columns are unknown, the rows are not)
+    status = run("pool-status")
+    assert status.returncode == 0, status.stderr
+    assert "STEP=1 REMAINING_TOTAL=0" in status.stdout and "Redis unreachable" in status.stdout
+    export = run("pool-export", "--out", "export")
     assert export.returncode == 0, export.stderr
     lines = (tmp_path / "export" / "results" / "pool" / "step1" / "step1.jsonl").read_text().splitlines()
-    assert len(lines) == 150 and f"{tmp_path}/export/step3.parquet" in export.stdout
+    assert len(lines) == 150 and "export/step3.parquet" in export.stdout
     _export_reads_as_one_table(tmp_path / "demo", tmp_path / "export")
-    # the demo ends with an audit and a report of the finished screen
+    # the demo ends with an audit and a report of the finished screen, with the same items/s
     assert "audit: " in out.stdout and ": OK," in out.stdout
     report = (tmp_path / "demo" / "results" / "report" / "report.md").read_text()
     assert "| 1 | 150 |" in report and (tmp_path / "demo" / "results" / "report" / "margins.png").stat().st_size > 5000
-    status = subprocess.run(
-        [str(bindir / "pool-status"), "--root", str(tmp_path / "demo"), "--redis-url", "redis://127.0.0.1:9/0"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert status.returncode == 0, status.stderr
-    assert "STEP=1 REMAINING_TOTAL=0" in status.stdout and "Redis unreachable" in status.stdout
+    rep = step_report(1, Store(tmp_path / "demo" / "results" / "pool", Protocol().fingerprint), load_items(
+        tmp_path / "demo" / "items"))  # fmt: skip
+    rate = f"{rep.rows.num_rows / rep.wall_s:.1f}"
+    assert f"| {rate} |" in report and f" {rate} " in out.stdout.split("demo screen of", 1)[1]
+
+
+def test_ctrl_c_in_the_demo_stops_everything_without_a_traceback(tmp_path):
+    argv = [str(Path(sys.executable).parent / "pool-demo"), "--root", "demo", "--items", "400", "--videos", "40",
+            "--speed", "1"]  # fmt: skip
+    with subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
+        assert p.stdout is not None
+        for line in p.stdout:
+            if "workers started" in line:
+                break
+        time.sleep(4)  # the workers are busy
+        p.send_signal(signal.SIGINT)
+        rest, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and "Traceback" not in err and "interrupted" in rest, err[-2000:]
+    logs = sorted((tmp_path / "demo" / "logs" / "demo").glob("worker-*.log"))
+    assert len(logs) == 3
+    for log in logs:  # each worker stopped while its server and Redis were still up
+        text = log.read_text()
+        assert "Traceback" not in text and "ConnectionError" not in text, text[-2000:]
 
 
 @pytest.mark.parametrize(
@@ -202,3 +212,14 @@ def test_redis_down_at_start_is_waited_for_then_named(pool_root, tmp_path):
         out = _worker(pool_root, "--server", url, "--burst", "--wait-redis", "2", "--redis-url", redis)
     line = _one_error_line(out)
     assert "127.0.0.1" in line and "did not answer for 2 s" in line and "--wait-redis" in line, line
+
+
+def test_commands_run_from_inside_the_package_root_find_it(pool_root):
+    """One rule everywhere (run_remote.sh is run from inside the root): the current folder when it holds
+    items/, else ./pool."""
+    env = {**os.environ, "POOL_ROOT": ""}
+    env.pop("POOL_ROOT")
+    plan = subprocess.run([str(Path(sys.executable).parent / "pool-enqueue"), "--step", "1", "--plan-only"],
+                          capture_output=True, text=True, timeout=60, cwd=pool_root, env=env)  # fmt: skip
+    assert plan.returncode == 0 and "REMAINING_TOTAL=240" in plan.stdout, plan.stderr
+    assert load_settings().root == Path("pool")  # here (the checkout) there is no items/

@@ -11,24 +11,27 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow.compute as pc
 from redis import Redis
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from ..audit import run_audit
-from ..items import load_items
+from ..items import ItemSet, load_items
 from ..plan import eligible
 from ..procs import Procs, free_port, wait_health
 from ..progress import console
 from ..protocol import Protocol
-from ..queue import screen_of
+from ..queue import Screen, screen_of
+from ..report import step_report
 from ..store import Store
 from ..synth import SynthConfig, generate
 from . import enqueue
 from .audit import summary
 from .report import write_report
+from .status import duration
+
+ENV_MARK = "# written by pool-demo: bare pool-* commands in this folder find the demo; delete it to stop that\n"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,6 +43,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--fresh", action="store_true", help="start a new results root (keep the pool)")
     a = p.parse_args(argv)
     con = Console()
+    try:
+        _demo(a, con)
+    except KeyboardInterrupt:  # every process was stopped on the way out; the rows stay
+        con.print("interrupted: the demo's processes are stopped; its rows stay, and `pool-demo` resumes them")
+        raise SystemExit(130) from None
+
+
+def _demo(a: argparse.Namespace, con: Console) -> None:
     if not (a.root / "items").exists():
         con.print(f"generating a synthetic pool in {a.root} ({a.items} items, {a.videos} videos)...")
         generate(a.root, SynthConfig(n_items=a.items, n_videos=a.videos))
@@ -61,6 +72,7 @@ def main(argv: list[str] | None = None) -> None:
         for url in sims:
             wait_health(url, 30)
         common = ["--root", str(a.root), "--results", str(results), "--redis-url", redis_url]
+        con.print(_commands(a.root, results, redis_url, live=True))
         enqueue.main(["--step", "1", *common])
         for i, url in enumerate(sims):
             procs.start(f"worker-{i}", [sys.executable, "-m", "workers.main", "--server", url, *common])
@@ -68,39 +80,60 @@ def main(argv: list[str] | None = None) -> None:
         screen = screen_of(store, Redis.from_url(redis_url))
         assert screen is not None  # the store was claimed above
         item_set = load_items(a.root / "items")
-        items = item_set.items
-        frames = a.root / "frames" / "pool_frames"
-        t0 = time.monotonic()
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=console,
-        ) as prog:
-            tasks = {s: prog.add_task(f"step {s}", total=None) for s in (1, 2, 3)}
-            idle = 0
-            while idle < 3:
-                time.sleep(1.0)
-                for s in (1, 2, 3):
-                    total = eligible(s, items, store, frames).num_rows
-                    prog.update(tasks[s], total=total, completed=store.winners(s).num_rows)
-                for name, proc in procs.children.items():
-                    if proc.poll() is not None:
-                        raise SystemExit(f"{name} exited with {proc.returncode}: see {log_dir / (name + '.log')}")
-                idle = idle + 1 if not screen.busy((1, 2, 3)) else 0
-        wall = time.monotonic() - t0
-    t = Table("step", "done", "removed", "errors", "items/s", title=f"demo screen of {items.num_rows} items")
+        _watch(procs, screen, store, item_set, a.root / "frames" / "pool_frames", log_dir)
+    title = f"demo screen of {item_set.items.num_rows} items"
+    t = Table("step", "done", "removed", "errors", "wall", "items/s", title=title)
     for s in (1, 2, 3):
-        w = store.winners(s)
-        removed = pc.sum(pc.fill_null(w.column("removed"), False)).as_py() or 0
-        errors = pc.sum(pc.equal(w.column("status"), "error")).as_py() or 0
-        t.add_row(str(s), str(w.num_rows), str(removed), str(errors), f"{w.num_rows / wall:.1f}")
+        r = step_report(s, store, item_set)  # the report's numbers: rows over the step's own wall time
+        t.add_row(str(s), str(r.rows.num_rows), str(r.n_removed), str(r.n_errors), duration(r.wall_s),
+                  f"{r.rows.num_rows / r.wall_s:.1f}" if r.wall_s else "-")  # fmt: skip
     con.print(t)
-    con.print(f"wall time {wall:.0f} s; rows in {results}")
-    checked = run_audit(results, protocol, item_set, frames, show=False)
+    con.print(f"rows in {results}")
+    checked = run_audit(results, protocol, item_set, a.root / "frames" / "pool_frames", show=False)
     con.print(summary(checked).splitlines()[-1])
     report = write_report(store, item_set, protocol, results.parent / f"report{results.name.removeprefix('pool')}")
-    con.print(f"report with plots: {report}; live view of a running screen: pool-status --watch")
+    con.print(f"report with plots: {report}")
+    con.print(_commands(a.root, results, redis_url, live=False))
+
+
+def _watch(procs: Procs, screen: Screen, store: Store, item_set: ItemSet, frames: Path, log_dir: Path) -> None:
+    """Progress bars with ETA per step until the queues stay empty; a child that dies stops the demo."""
+    items = item_set.items
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+    ) as prog:
+        tasks = {s: prog.add_task(f"step {s}", total=None) for s in (1, 2, 3)}
+        idle = 0
+        while idle < 3:
+            time.sleep(1.0)
+            for s in (1, 2, 3):
+                total = eligible(s, items, store, frames).num_rows
+                prog.update(tasks[s], total=total, completed=store.winners(s).num_rows)
+            for name, proc in procs.children.items():
+                if proc.poll() is not None:
+                    raise SystemExit(f"{name} exited with {proc.returncode}: see {log_dir / (name + '.log')}")
+            idle = idle + 1 if not screen.busy((1, 2, 3)) else 0
+
+
+def _commands(root: Path, results: Path, redis_url: str, live: bool) -> str:
+    """The exact commands that work on this demo, and an env file so that the bare ones do too."""
+    flags = f"--root {root} --results {results}"
+    lines = [f"demo Redis: {redis_url}" + ("" if live else " (stopped with the demo)")]
+    if live:
+        lines += [
+            f"  rq info -u {redis_url} --serializer rq.serializers.JSONSerializer",
+            f"  pool-status --watch {flags} --redis-url {redis_url}",
+        ]
+    lines += [f"  pool-status {flags}", f"  pool-report {flags}", f"  pool-export {flags} --out demo-export"]
+    env = Path(".env")
+    if not env.exists() or env.read_text(errors="replace").startswith(ENV_MARK):
+        body = f"POOL_ROOT={root.resolve()}\nPOOL_RESULTS={results.resolve()}\nREDIS_URL={redis_url}\n"
+        env.write_text(ENV_MARK + body)
+        lines.append(f"{env.resolve()} points bare commands here at the demo (`pool-status`, `pool-report`...)")
+    return "\n".join(lines)

@@ -43,7 +43,7 @@ def _pct(v: float | None) -> str:
 
 def _table(title: str | None, cols: tuple[str, ...], right: bool = True) -> Table:
     """A table that fits 80 columns: one space between columns, long values wrap instead of being cut."""
-    t = Table(box=box.SIMPLE_HEAD, title=title, padding=(0, 1), pad_edge=False, collapse_padding=True)
+    t = Table(box=box.SIMPLE_HEAD, title=title, padding=0, show_edge=False)  # the box's blank rules part the columns
     for col in cols:
         t.add_column(col, justify="right" if right else "left", overflow="fold")
     return t

@@ -1,0 +1,75 @@
+"""pool-status as a person reads it: 80 columns with nothing cut, and plain lines when not on a terminal."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from pool_queue.commands.status import plain_lines, render
+from pool_queue.status import RunStatus, StepStatus, WorkerStatus
+
+
+def _status() -> RunStatus:
+    steps = [
+        StepStatus(
+            step=s,
+            eligible=299_366,
+            done=123_456,
+            ok=120_000,
+            removed=65_432,
+            errors=3_456,
+            remaining=175_910,
+            queued_jobs=2_000,
+            queued_items=128_000,
+            running_jobs=40,
+            running_items=2_560,
+            failed_jobs=0,
+            items_per_s_1m=1234.5,
+            items_per_s_5m=1111.1,
+            eta_s=158.4 * 3600,
+            prefix_cache_hit_rate=0.634,
+        )
+        for s in (1, 2, 3)
+    ]
+    w = WorkerStatus(
+        name="gpu3-node-with-a-long-hostname.cluster.example.org.a1b2c3", screen="s", server="http://10.0.12.34:8004",
+        steps=[3], host="node", pid=1, max_inflight=256, inflight=256, active_jobs=3, items=1, forwards=1,
+        errors=12, removed=0, retries=0, items_per_s=25.5, forwards_per_s=25.5, outage_s=0.0, server_up=True,
+        last_error="item vmme-000123: HTTP 400: This model's maximum context length is 8192 tokens, more words here",
+        started_at=0.0, updated_at=0.0, health=True,
+    )  # fmt: skip
+    return RunStatus(at=time.time(), results="/scratch/user/some/long/path/pool/results/pool", screen="0123456789",
+                     steps=steps, workers=[w])  # fmt: skip
+
+
+def test_the_view_fits_80_columns_and_cuts_nothing():
+    con = Console(width=80, record=True, force_terminal=False)
+    con.print(render(_status()))
+    text = con.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text
+    for want in ("299,366", "123,456", "65,432", "128,000", "2,560", "1111.1", "6d 14h", "63%", "25.5", "256/256"):
+        assert want in text, want
+    joined = "".join(text.split())  # wrapped, not cut
+    assert "gpu3-node-with-a-long-hostname.cluster.example.org.a1b2c3" in joined
+    assert "moreword" in joined and "http://10.0.12.34:8004" in joined
+
+
+def test_plain_lines_say_everything_on_one_line_per_step():
+    lines = plain_lines(_status()).splitlines()
+    assert len(lines) == 3
+    assert "step 1: done 123,456/299,366" in lines[0] and "prefix-cache hits 63%" in lines[0]
+
+
+def test_watch_into_a_pipe_prints_a_line_per_step_and_refresh(pool_root):
+    argv = [str(Path(sys.executable).parent / "pool-status"), "--root", str(pool_root), "--watch", "0.5",
+            "--no-health", "--redis-url", "redis://127.0.0.1:9/0"]  # fmt: skip
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as p:
+        assert p.stdout is not None
+        got = [p.stdout.readline() for _ in range(6)]  # two refreshes of three steps
+        p.terminate()
+    assert [line.split(" ", 2)[1:2] for line in got] == [["step"]] * 6 and "step 3:" in got[5], got
