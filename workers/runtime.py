@@ -144,6 +144,7 @@ class Worker:
             port = self.metrics.serve(self.metrics_port)
             self.metrics_url = f"http://{socket.gethostname()}:{port}/metrics"
             log.info("%s: metrics on %s", self.name, self.metrics_url)
+        await self.link.attempt(self._beat)  # seen by pool-status at once, not one heartbeat later
         side = [
             asyncio.create_task(self._heartbeats()),
             asyncio.create_task(self._rescue_loop()),
