@@ -1,6 +1,7 @@
 """The console scripts as a user runs them."""
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+from test_readme import fenced_lines
 
 from pool_queue.items import load_items
 from pool_queue.procs import Procs, free_port, wait_health
@@ -73,7 +75,11 @@ def test_demo_runs_the_whole_screen(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "demo screen of 150 items" in out.stdout and "REMAINING_TOTAL=150" in out.stdout
     assert "demo Redis: redis://127.0.0.1:" in out.stdout and "rq info -u redis://127.0.0.1:" in out.stdout
-    # bare commands now find the demo (its Redis is gone: the queue columns are unknown, the rows are not)
+    # the README's lines after a demo, as written: bare commands find the demo
+    for line in fenced_lines("afterwards the bare commands find the demo:"):
+        done = run(*shlex.split(line))
+        assert done.returncode == 0, (line, done.stderr[-2000:])
+    # its Redis is gone: the queue columns are unknown, the rows are not
     status = run("pool-status")
     assert status.returncode == 0, status.stderr
     assert "STEP=1 REMAINING_TOTAL=0" in status.stdout and "Redis unreachable" in status.stdout
