@@ -22,7 +22,6 @@ from .protocol import Protocol
 from .settings import Settings
 
 MAX_MODEL_LEN = {"8b": 8192, "2b": 8192}  # step 3: 32 x 196 tokens for square 448-px frames, + text
-IMAGES = {"8b": 1, "2b": 32}
 MAX_PIXELS = 448 * 448  # the processor never upsizes a protocol frame past 448 x 448
 BATCHED_TOKENS = {"8b": 16384, "2b": 32768}  # step 3 prefill of 32 images: 6.0 -> 6.9 req/s (measured)
 # Flags that change only throughput, and the first vLLM release that knows each (from its source).
@@ -121,6 +120,13 @@ def plan_servers(s: Settings, step: int | None, split: str | None, devices: list
     return [Server(i, d, m, s.port0 + i) for i, (d, m) in enumerate(zip(devices, models, strict=False))]
 
 
+def images_per_prompt(protocol: Protocol, model: str) -> int:
+    """The most frames one request of the model's steps carries, from the protocol (a protocol file that
+    sends more frames raises the server's limit with it)."""
+    specs = [protocol.steps[s] for s in steps_of(model)]
+    return max(0 if p.frames == "none" else 1 if p.frames == "middle" else p.n_frames for p in specs)
+
+
 def snapshot(protocol: Protocol, model: str, sim: bool) -> str:
     """The local snapshot folder of the pinned revision (so /v1/models shows the revision)."""
     spec = protocol.steps[steps_of(model)[0]]
@@ -146,7 +152,7 @@ def server_argv(
         "--served-model-name", spec.served_name,
         "--port", str(srv.port),
         "--max-logprobs", str(protocol.top_logprobs),
-        "--limit-mm-per-prompt", json.dumps({"image": IMAGES[srv.model], "video": 0}),
+        "--limit-mm-per-prompt", json.dumps({"image": images_per_prompt(protocol, srv.model), "video": 0}),
         "--max-model-len", str(MAX_MODEL_LEN[srv.model]),
         "--max-num-seqs", str(s.max_seqs),
     ]  # fmt: skip

