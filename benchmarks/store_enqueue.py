@@ -23,7 +23,6 @@ from redis import Redis
 from pool_queue.audit import run_audit
 from pool_queue.commands.report import write_report
 from pool_queue.items import ITEM_SCHEMA, REPORT_SCHEMA, ItemSet
-from pool_queue.plan import MAX_ITEM_RUNS
 from pool_queue.procs import Procs, free_port
 from pool_queue.protocol import Protocol
 from pool_queue.queue import screen_of
@@ -110,10 +109,10 @@ def main() -> None:
         t_write = time.perf_counter() - t0
         size = sum(p.stat().st_size for p in store.segments(1)) / 2**20
         t0 = time.perf_counter()
-        n_cold = len(Store(store.root, P.fingerprint).final_ids(1, MAX_ITEM_RUNS))
+        n_cold = len(Store(store.root, P.fingerprint).settled(1))
         t_cold = time.perf_counter() - t0
         t0 = time.perf_counter()
-        n_warm = len(Store(store.root, P.fingerprint).final_ids(1, MAX_ITEM_RUNS))
+        n_warm = len(Store(store.root, P.fingerprint).settled(1))
         t_warm = time.perf_counter() - t0
         rows.append(["done-set read, cold (JSONL)", n_cold, t_cold])
         rows.append(["done-set read, indexed", n_warm, t_warm])
@@ -132,7 +131,7 @@ def main() -> None:
             rows.append([f"Redis memory MB: {int(conn.info('memory')['used_memory']) / 2**20:.0f}", jobs, 0.0])
             items = fake_items(a.items)
             t0 = time.perf_counter()
-            reader = StatusReader(items, Store(store.root, P.fingerprint), Path(d) / "frames", conn)
+            reader = StatusReader(items, Store(store.root, P.fingerprint), Path(d) / "frames", conn, P)
             reader.read()
             rows.append(["pool-status, first read", a.items, time.perf_counter() - t0])
             writers[0].write([fake_row(i) for i in range(a.items, a.items + 64)])

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from pydantic import ValidationError
 
 from .items import ItemSet
-from .plan import MAX_ITEM_RUNS, eligible
+from .plan import eligible
 from .progress import byte_progress
 from .protocol import Protocol
 from .rows import Row
@@ -75,14 +75,14 @@ def run_audit(
                 f"step {step}: {len(unknown)} rows for items not in the item table",
                 unknown.to_pylist(),
             )
-        elig = eligible(step, items.items, store, frames_dir).column("item_id")
+        elig = eligible(protocol, step, items.items, store, frames_dir).column("item_id")
         if step > 1:
             stray = pc.filter(idx.column("item_id"), pc.invert(pc.is_in(idx.column("item_id"), value_set=elig)))
             stray = pc.filter(stray, pc.is_in(stray, value_set=known))
             if len(stray):
                 why = "step-1 survivors with frames" if step == 2 else "step-2 survivors"
                 a.problem("chain", f"step {step}: {len(stray)} rows for items that are not {why}", stray.to_pylist())
-        settled = pc.sum(pc.is_in(elig, value_set=store.final_ids(step, MAX_ITEM_RUNS))).as_py() or 0
+        settled = pc.sum(pc.is_in(elig, value_set=store.settled(step))).as_py() or 0
         left = len(elig) - settled
         if left:
             (a.problem if complete else a.warn)(

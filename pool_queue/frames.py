@@ -18,13 +18,15 @@ import numpy as np
 import pyarrow as pa
 from PIL import Image, UnidentifiedImageError
 
+from .errors import InputError
+
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
 MAX_ASPECT = 200  # Qwen-VL's image processor refuses a longer side over 200 times the shorter one
 DEFAULT_MAX_PIXELS = 50_000_000  # a frame larger than this is refused before it is decoded
 _DIGITS = re.compile(r"([0-9]+)")  # ASCII digits only: int() of any match succeeds
 
 
-class FrameError(ValueError):
+class FrameError(InputError, ValueError):
     """A frame file or folder that cannot be used; the message names it and says why."""
 
 

@@ -19,6 +19,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from .errors import InputError
 from .protocol import LETTERS, MAX_OPTIONS
 
 REQUIRED = ("item_id", "benchmark", "video_id", "question", "options")
@@ -51,7 +52,7 @@ REPORT_SCHEMA = pa.schema(
 )
 
 
-class ItemsError(ValueError):
+class ItemsError(InputError, ValueError):
     """A whole input file is unusable (missing columns, unreadable): nothing in it can be judged."""
 
 

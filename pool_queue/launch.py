@@ -18,6 +18,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from .errors import SetupError
 from .protocol import Protocol
 from .settings import Settings
 
@@ -109,13 +110,13 @@ def plan_servers(s: Settings, step: int | None, split: str | None, devices: list
         try:
             n8, n2 = (int(x) for x in split.split("+"))
         except ValueError as e:
-            raise ValueError(f"--split {split!r}: expected <8B GPUs>+<2B GPUs>, e.g. 3+1") from e
+            raise SetupError(f"--split {split!r}: expected <8B GPUs>+<2B GPUs>, e.g. 3+1") from e
         if n8 < 0 or n2 < 0 or n8 + n2 == 0 or n8 + n2 > len(devices):
-            raise ValueError(f"--split {split}: {n8 + n2} GPUs asked, {len(devices)} available")
+            raise SetupError(f"--split {split}: {n8 + n2} GPUs asked, {len(devices)} available")
         models = ["8b"] * n8 + ["2b"] * n2
     else:
         if step is None:
-            raise ValueError("give --step N or --split A+B")
+            raise SetupError("give --step N or --split A+B")
         models = [model_of(step)] * len(devices)
     return [Server(i, d, m, s.port0 + i) for i, (d, m) in enumerate(zip(devices, models, strict=False))]
 

@@ -33,7 +33,7 @@ from rq.utils import now, utcformat
 
 from .queue import RESULT_TTL_S, ChunkJob, Screen
 
-log = logging.getLogger("pool.lease")
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 

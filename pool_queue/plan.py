@@ -1,5 +1,6 @@
-"""What a step still needs: eligible(N) per protocol v1, minus what the store already settled,
-minus what Redis already holds. All set operations are pyarrow column operations."""
+"""What a step still needs: eligible(N) per the protocol, minus what the store already settled, minus
+what Redis already holds; and the one chain rule (`next_step_ids`) that both the plan and a worker's
+follow-up job use. All set operations are pyarrow column operations."""
 
 from __future__ import annotations
 
@@ -10,27 +11,34 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .frames import frame_videos
+from .protocol import Protocol
 from .store import Store
 
-MAX_ITEM_RUNS = 3  # a later run re-attempts transient error rows until an item has this many
+
+def next_step_ids(protocol: Protocol, step: int, rows: pa.Table, with_frames: pa.Array) -> list[str]:
+    """The chain rule: items of `rows` (item_id, video_id, status, removed: one per item) that go on from
+    `step`: ok, not removed, and, when the next step sends frames, of a video in `with_frames`. In video
+    order, so the next step's chunks hold whole videos."""
+    nxt = protocol.next_step(step)
+    if nxt is None or not rows.num_rows:
+        return []
+    keep = pc.and_(pc.equal(rows.column("status"), "ok"), pc.invert(pc.fill_null(rows.column("removed"), True)))
+    if protocol.steps[nxt].frames != "none":
+        keep = pc.and_(keep, pc.is_in(rows.column("video_id"), value_set=with_frames))
+    go = rows.filter(keep).sort_by([("video_id", "ascending"), ("item_id", "ascending")])
+    ids: list[str] = go.column("item_id").to_pylist()
+    return ids
 
 
-def survivors(store: Store, step: int) -> pa.Array:
-    """Items whose step-`step` row is ok and not removed."""
-    w = store.winners(step)
-    keep = pc.and_(pc.equal(w.column("status"), "ok"), pc.invert(pc.fill_null(w.column("removed"), True)))
-    return pc.filter(w.column("item_id"), keep).combine_chunks()
-
-
-def eligible(step: int, items: pa.Table, store: Store, frames_dir: Path) -> pa.Table:
-    """Step 1: every valid item; step 2: step-1 survivors with frames; step 3: step-2 survivors."""
+def eligible(protocol: Protocol, step: int, items: pa.Table, store: Store, frames_dir: Path) -> pa.Table:
+    """The first step: every valid item; a later one: what the chain rule passes on from the one before."""
     cols = items.select(["item_id", "benchmark", "video_id"])
-    if step == 1:
+    prev = protocol.prev_step(step)
+    if prev is None:
         return cols
-    alive = pc.is_in(cols.column("item_id"), value_set=survivors(store, step - 1))
-    if step == 2:
-        alive = pc.and_(alive, pc.is_in(cols.column("video_id"), value_set=frame_videos(frames_dir)))
-    return cols.filter(alive)
+    rows = store.winners(prev).select(["item_id", "status", "removed"]).join(cols, "item_id", join_type="inner")
+    ids = next_step_ids(protocol, prev, rows, frame_videos(frames_dir))
+    return cols.filter(pc.is_in(cols.column("item_id"), value_set=pa.array(ids, pa.string())))
 
 
 @dataclass(frozen=True)
@@ -52,10 +60,12 @@ class Plan:
         return [(b, e[b], r.get(b, 0)) for b in sorted(e)]
 
 
-def make_plan(step: int, items: pa.Table, store: Store, frames_dir: Path, pending_ids: list[str]) -> Plan:
-    elig = eligible(step, items, store, frames_dir)
+def make_plan(
+    protocol: Protocol, step: int, items: pa.Table, store: Store, frames_dir: Path, pending_ids: list[str]
+) -> Plan:
+    elig = eligible(protocol, step, items, store, frames_dir)
     ids = elig.column("item_id")
-    settled = pc.is_in(ids, value_set=store.final_ids(step, MAX_ITEM_RUNS))
+    settled = pc.is_in(ids, value_set=store.settled(step))
     pending = pc.and_(pc.invert(settled), pc.is_in(ids, value_set=pa.array(pending_ids, pa.string())))
     todo = pc.invert(pc.or_(settled, pending))
     # by video at every step: step 1's chunks then hold whole videos, so do the follow-ups they chain to

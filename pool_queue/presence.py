@@ -7,6 +7,8 @@ Snapshots are JSON validated by pydantic on the way out of Redis, never unpickle
 
 from __future__ import annotations
 
+from collections import deque
+
 from pydantic import BaseModel, ValidationError
 from redis import Redis
 
@@ -37,6 +39,21 @@ class WorkerSnapshot(BaseModel):
     metrics_url: str | None = None
     started_at: float
     updated_at: float
+
+
+class RateWindow:
+    """Items and forwards per second over the last minute, from one sample per heartbeat (so a worker's
+    rate in pool-status follows what it does now, not its average since start)."""
+
+    def __init__(self, window_s: float = 60.0) -> None:
+        self.window_s = window_s
+        self.samples: deque[tuple[float, int, int]] = deque(maxlen=64)  # (time, items, forwards)
+
+    def rates(self, now: float, items: int, forwards: int) -> tuple[float, float]:
+        self.samples.append((now, items, forwards))
+        t0, i0, f0 = next((s for s in self.samples if now - s[0] <= self.window_s), self.samples[0])
+        dt = now - t0
+        return ((items - i0) / dt, (forwards - f0) / dt) if dt > 0 else (0.0, 0.0)
 
 
 def publish(conn: Redis, snap: WorkerSnapshot) -> None:

@@ -19,12 +19,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .errors import InputError
+
 LN2 = math.log(2.0)
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 MAX_OPTIONS = len(LETTERS)
 
 
-class ProtocolError(ValueError):
+class ProtocolError(InputError, ValueError):
     """A protocol file that cannot be used; the message is one line naming the file and the field."""
 
 
@@ -38,6 +40,21 @@ class StepSpec(BaseModel):
     n_frames: int = 0
     n_orders: int = 1
     min_hits: int = 1
+
+
+# The pinned models, written once (the simulator's profiles read them from here too).
+QWEN3_VL_8B = StepSpec(
+    model="Qwen/Qwen3-VL-8B-Instruct",
+    revision="0c351dd01ed87e9c1b53cbc748cba10e6187ff3b",
+    served_name="Qwen/Qwen3-VL-8B-Instruct",
+    frames="none",
+)
+QWEN3_VL_2B = StepSpec(
+    model="Qwen/Qwen3-VL-2B-Instruct",
+    revision="89644892e4d85e24eaac8bacfd4f463576704203",
+    served_name="Qwen/Qwen3-VL-2B-Instruct",
+    frames="none",
+)
 
 
 class Protocol(BaseModel):
@@ -57,28 +74,9 @@ class Protocol(BaseModel):
     margin_threshold: float = LN2
     steps: dict[int, StepSpec] = Field(
         default_factory=lambda: {
-            1: StepSpec(
-                model="Qwen/Qwen3-VL-8B-Instruct",
-                revision="0c351dd01ed87e9c1b53cbc748cba10e6187ff3b",
-                served_name="Qwen/Qwen3-VL-8B-Instruct",
-                frames="none",
-                n_orders=4,
-                min_hits=3,
-            ),
-            2: StepSpec(
-                model="Qwen/Qwen3-VL-8B-Instruct",
-                revision="0c351dd01ed87e9c1b53cbc748cba10e6187ff3b",
-                served_name="Qwen/Qwen3-VL-8B-Instruct",
-                frames="middle",
-                n_frames=1,
-            ),
-            3: StepSpec(
-                model="Qwen/Qwen3-VL-2B-Instruct",
-                revision="89644892e4d85e24eaac8bacfd4f463576704203",
-                served_name="Qwen/Qwen3-VL-2B-Instruct",
-                frames="uniform",
-                n_frames=32,
-            ),
+            1: QWEN3_VL_8B.model_copy(update={"n_orders": 4, "min_hits": 3}),
+            2: QWEN3_VL_8B.model_copy(update={"frames": "middle", "n_frames": 1}),
+            3: QWEN3_VL_2B.model_copy(update={"frames": "uniform", "n_frames": 32}),
         }
     )
 
@@ -92,6 +90,18 @@ class Protocol(BaseModel):
         if self.permutation == "seeded" and len(self.seeds) != n1:
             raise ValueError(f"seeds needs {n1} entries (one per step-1 order)")
         return self
+
+    # ---- the step graph ------------------------------------------------------------------------
+
+    def next_step(self, step: int) -> int | None:
+        """The step an item that survives `step` goes to (None after the last)."""
+        later = [s for s in sorted(self.steps) if s > step]
+        return later[0] if later else None
+
+    def prev_step(self, step: int) -> int | None:
+        """The step whose survivors feed `step` (None for the first)."""
+        earlier = [s for s in sorted(self.steps) if s < step]
+        return earlier[-1] if earlier else None
 
     @classmethod
     def load(cls, path: Path | None) -> Protocol:
@@ -199,6 +209,16 @@ class Protocol(BaseModel):
             hit=pred == gold and not floored[gold],
         )
 
+    def judge_item(self, step: int, orders: Sequence[Sequence[int]], forwards: Sequence[Forward]) -> Verdict:
+        """An item's verdict at a step from its judged forwards (one per order, in `orders`' order)."""
+        return Verdict(
+            removed=self.removed(step, forwards),
+            pred=LETTERS[orders[0][forwards[0].pred]],  # the original option the first order's pick stands for
+            margin=sum(f.margin for f in forwards) / len(forwards),
+            n_hits=sum(f.hit for f in forwards),
+            n_perm=len(forwards),
+        )
+
     def removed(self, step: int, forwards: Sequence[Forward]) -> bool:
         """Step 1: >= min_hits orders right and mean margin > threshold; steps 2-3: hit and margin > t."""
         spec = self.steps[step]
@@ -207,6 +227,16 @@ class Protocol(BaseModel):
         hits = sum(f.hit for f in forwards)
         mean_margin = sum(f.margin for f in forwards) / len(forwards)
         return hits >= spec.min_hits and mean_margin > self.margin_threshold
+
+
+class Verdict(BaseModel):
+    """An item's outcome at one step: what its row records beside the forwards."""
+
+    removed: bool
+    pred: str  # letter of the original option picked in the first order
+    margin: float  # steps 2-3: the margin; step 1: the mean over the orders
+    n_hits: int
+    n_perm: int
 
 
 class Forward(BaseModel):

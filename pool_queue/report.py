@@ -13,7 +13,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .items import ItemSet
-from .plan import MAX_ITEM_RUNS
 from .protocol import LETTERS, Protocol
 from .store import STEPS, Store
 
@@ -59,7 +58,7 @@ def _count(mask: pa.ChunkedArray | pa.Array) -> int:
 def step_report(step: int, store: Store, items: ItemSet) -> StepReport:
     known = items.items.select(["item_id", "n_options"])
     w = store.winners(step).join(known, "item_id", join_type="inner")
-    final = store.final_ids(step, MAX_ITEM_RUNS)
+    final = store.settled(step)
     done = _count(pc.is_in(w.column("item_id"), value_set=final))
     errs = w.filter(pc.equal(w.column("status"), "error")).sort_by("item_id")
     per_server = []

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from .errors import InputError
 from .progress import byte_progress
 
 MANIFEST = "frames_manifest.json"
@@ -31,7 +32,7 @@ class Manifest(BaseModel):
     n_videos: int
 
 
-class ShardError(ValueError):
+class ShardError(InputError, ValueError):
     pass
 
 

@@ -21,7 +21,8 @@ from pydantic import BaseModel
 
 from . import prefix_cache, presence
 from .items import ItemSet
-from .plan import MAX_ITEM_RUNS, eligible
+from .plan import eligible
+from .protocol import Protocol
 from .queue import Screen, other_screens, screen_of
 from .store import STEPS, Store
 
@@ -74,6 +75,7 @@ class StatusReader:
     store: Store
     frames_dir: Path
     conn: redis.Redis
+    protocol: Protocol
     probe_health: bool = True
     _job_sizes: dict[str, int] = field(default_factory=dict)
 
@@ -125,11 +127,11 @@ class StatusReader:
     def _step(
         self, step: int, now: float, q: tuple[int, int, int, int, int] | None, cache: prefix_cache.StepCache | None
     ) -> StepStatus:
-        elig = eligible(step, self.items.items, self.store, self.frames_dir).column("item_id")
+        elig = eligible(self.protocol, step, self.items.items, self.store, self.frames_dir).column("item_id")
         w = self.store.winners(step)
         w = w.filter(pc.is_in(w.column("item_id"), value_set=elig))
         ok = pc.equal(w.column("status"), "ok")
-        done = pc.sum(pc.is_in(elig, value_set=self.store.final_ids(step, MAX_ITEM_RUNS))).as_py() or 0
+        done = pc.sum(pc.is_in(elig, value_set=self.store.settled(step))).as_py() or 0
         finished = w.column("finished_at")
         rates = [_count(pc.greater_equal(finished, now - win)) / _span(finished, now, win) for win in WINDOWS_S]
         remaining = len(elig) - done

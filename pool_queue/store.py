@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from .errors import InputError
 from .rows import FINAL_ERRORS
 
 log = logging.getLogger(__name__)
@@ -54,9 +55,10 @@ INDEX_FIELDS = pa.schema(
 INDEX_SCHEMA = pa.schema([*INDEX_FIELDS, ("segment", pa.string()), ("offset", pa.int64()), ("length", pa.int64())])
 MAX_PARTS = 16
 INDEX_DIR = ".index2"  # named for its schema: an index of another schema is rebuilt, never misread
+MAX_ITEM_RUNS = 3  # a later run re-attempts transient error rows until an item has this many
 
 
-class StoreError(RuntimeError):
+class StoreError(InputError, RuntimeError):
     pass
 
 
@@ -162,6 +164,10 @@ class Store:
         final = pc.is_in(t.column("error_kind"), value_set=pa.array(FINAL_ERRORS))
         t = t.filter(pc.and_(pc.equal(t.column("status"), "error"), pc.invert(pc.fill_null(final, False))))
         return t.group_by("item_id").aggregate([("item_id", "count")]).rename_columns(["item_id", "runs"])
+
+    def settled(self, step: int) -> pa.Array:
+        """Items this step needs no more work on, under the re-attempt limit every reader shares."""
+        return self.final_ids(step, MAX_ITEM_RUNS)
 
     def final_ids(self, step: int, max_item_runs: int) -> pa.Array:
         """Items this step needs no more work on: ok, failed for good (refused, bad input), or out of re-attempts."""
@@ -327,3 +333,9 @@ class SegmentWriter:
 
     def close(self) -> None:
         self._f.close()
+
+    def __enter__(self) -> SegmentWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

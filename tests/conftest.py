@@ -8,7 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from stack import Stack
 
+from pool_queue.procs import Procs
 from pool_queue.synth import SynthConfig, generate
 
 # A `.env` that `make demo` left in the checkout must not steer the tests (nor the commands they run).
@@ -29,3 +31,18 @@ def pool_root(small_root: Path, tmp_path: Path) -> Iterator[Path]:
     root = tmp_path / "root"
     shutil.copytree(small_root, root, symlinks=True)
     yield root
+
+
+@pytest.fixture()
+def procs(tmp_path: Path) -> Iterator[Procs]:
+    """The shared harness: every process a test starts (Redis, simulators, workers) is stopped when it
+    ends, last started first; their logs are in tmp_path/logs."""
+    with Procs(tmp_path / "logs") as p:
+        yield p
+
+
+@pytest.fixture()
+def stack(pool_root: Path, procs: Procs) -> Stack:
+    """A real stack over a private copy of the small pool; Redis keeps an append-only file, so a test
+    can kill and restart it."""
+    return Stack(pool_root, procs, aof=True)

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from redis import Redis
 
-from pool_queue.commands import enqueue
+from pool_queue.items import load_items
 from pool_queue.procs import Procs, free_port, wait_health
+from pool_queue.produce import Produced, produce, rescue_abandoned
 from pool_queue.protocol import Protocol
 from pool_queue.queue import Screen, screen_of
 from pool_queue.sim.reference import expected  # noqa: F401  (the tests' reference)
@@ -51,8 +52,17 @@ class Stack:
         argv = [sys.executable, "-m", "workers.main", "--server", server, "--name", name, *args]
         return self.procs.start(name, argv, env={**self.env, **(env or {})})
 
-    def enqueue(self, step: int, *args: str) -> None:
-        enqueue.main(["--step", str(step), "--root", str(self.root), "--redis-url", self.redis_url, *args])
+    def enqueue(
+        self, step: int, chunk_size: int = 64, limit: int | None = None, results: Path | None = None
+    ) -> Produced:
+        """What `pool-enqueue --step N` does, through the producer's library function."""
+        store = Store(results or self.store.root, P.fingerprint, P.model_dump(mode="json"))
+        store.claim()
+        screen = screen_of(store, self.conn)
+        assert screen is not None
+        rescue_abandoned(P, screen)
+        frames = self.root / "frames" / "pool_frames"
+        return produce(P, step, load_items(self.root / "items"), store, screen, frames, chunk_size, limit=limit)
 
     def wait_workers(self, names: list[str], timeout: float = 180) -> None:
         deadline = time.monotonic() + timeout

@@ -16,7 +16,7 @@ import pytest
 from test_readme import fenced_lines
 
 from pool_queue.items import load_items
-from pool_queue.procs import Procs, free_port, wait_health
+from pool_queue.procs import free_port, wait_health
 from pool_queue.protocol import Protocol
 from pool_queue.report import all_steps, by_benchmark, step_report
 from pool_queue.rows import ROW_SCHEMA
@@ -202,20 +202,18 @@ def test_burst_caps_the_server_wait_at_30_s(pool_root):
     assert "waiting up to 30 s for the vLLM server" in first, first
 
 
-def test_a_redis_port_given_as_the_server_fails_at_once(pool_root, tmp_path):
-    with Procs(tmp_path / "logs") as procs:
-        port = free_port()
-        procs.redis(port, tmp_path / "redis")
-        out = _worker(pool_root, "--server", f"http://127.0.0.1:{port}", "--wait-server", "600")
+def test_a_redis_port_given_as_the_server_fails_at_once(procs, pool_root, tmp_path):
+    port = free_port()
+    procs.redis(port, tmp_path / "redis")
+    out = _worker(pool_root, "--server", f"http://127.0.0.1:{port}", "--wait-server", "600")
     assert "does not answer HTTP" in _one_error_line(out)
 
 
-def test_redis_down_at_start_is_waited_for_then_named(pool_root, tmp_path):
-    with Procs(tmp_path / "logs") as procs:
-        url = procs.sim("sim", free_port(), "--profile", "qwen3-vl-8b")
-        wait_health(url, 20)
-        redis = f"redis://127.0.0.1:{free_port()}/0"
-        out = _worker(pool_root, "--server", url, "--burst", "--wait-redis", "2", "--redis-url", redis)
+def test_redis_down_at_start_is_waited_for_then_named(procs, pool_root, tmp_path):
+    url = procs.sim("sim", free_port(), "--profile", "qwen3-vl-8b")
+    wait_health(url, 20)
+    redis = f"redis://127.0.0.1:{free_port()}/0"
+    out = _worker(pool_root, "--server", url, "--burst", "--wait-redis", "2", "--redis-url", redis)
     line = _one_error_line(out)
     assert "127.0.0.1" in line and "did not answer for 2 s" in line and "--wait-redis" in line, line
 

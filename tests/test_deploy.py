@@ -16,6 +16,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from vllm_stack import server_env as vllm_server_env
 from vllm_stack import vllm_python
 
+from pool_queue.errors import SetupError
 from pool_queue.launch import (
     OPTIONAL_FLAGS,
     Server,
@@ -112,7 +113,7 @@ def test_compose_redis_workers_producer_and_profiles(compose):
     assert all(f"worker-gpu{i}:9100" in scraped and f"vllm-gpu{i}:8000" in scraped for i in range(4))
 
 
-def test_compose_redis_command_runs_with_aof_and_password(compose, tmp_path):
+def test_compose_redis_command_runs_with_aof_and_password(procs, compose, tmp_path):
     """The Redis service's own command line, run here against the real redis-server."""
     sh = compose["services"]["redis"]["command"]
     port = free_port()
@@ -121,19 +122,18 @@ def test_compose_redis_command_runs_with_aof_and_password(compose, tmp_path):
     script = script.replace(
         "exec redis-server " + str(tmp_path / "redis.conf"), f"exec {server} {tmp_path}/redis.conf --port {port}"
     )
-    with Procs(tmp_path / "logs") as procs:
-        procs.start("redis", [*sh[:2], script], env={"REDIS_PASSWORD": "s3cret"})
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                assert Redis(port=port, password="s3cret").ping()
-                break
-            except RedisConnectionError:
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
-        with pytest.raises(AuthenticationError):
-            Redis(port=port).set("k", "v")
-        Redis(port=port, password="s3cret").set("k", "v")
+    procs.start("redis", [*sh[:2], script], env={"REDIS_PASSWORD": "s3cret"})
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            assert Redis(port=port, password="s3cret").ping()
+            break
+        except RedisConnectionError:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    with pytest.raises(AuthenticationError):
+        Redis(port=port).set("k", "v")
+    Redis(port=port, password="s3cret").set("k", "v")
     assert (tmp_path / "redis.conf").stat().st_mode & 0o077 == 0
     assert any((tmp_path / "appendonlydir").iterdir())  # the append-only file is on
 
@@ -160,7 +160,7 @@ def test_split_plans_and_fixed_arguments():
     assert argv[argv.index("--max-num-seqs") + 1] == "32" and argv[argv.index("--gpu-memory-utilization") + 1] == "0.7"
     assert json.loads(argv[argv.index("--limit-mm-per-prompt") + 1]) == {"image": 32, "video": 0}
     assert argv[argv.index("--max-logprobs") + 1] == "20"
-    with pytest.raises(ValueError, match="5 GPUs asked, 4 available"):
+    with pytest.raises(SetupError, match="5 GPUs asked, 4 available"):
         plan_servers(s, None, "4+1", ["0", "1", "2", "3"])
     assert [v.device for v in plan_servers(s, 3, None, ["2", "5"])] == ["2", "5"]  # Slurm's CUDA_VISIBLE_DEVICES
 

@@ -16,7 +16,6 @@ from stack import P, Stack
 from pool_queue import prefix_cache
 from pool_queue.frames import frame_videos
 from pool_queue.items import load_items
-from pool_queue.procs import Procs
 from pool_queue.queue import cuts
 from pool_queue.store import Store
 from pool_queue.synth import SynthConfig, generate
@@ -61,29 +60,28 @@ def grouped_root(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(("send", "grouped"), [("adjacent", True), ("serial", True), ("adjacent", False)])
-def test_three_items_per_video_hit_the_prefix_cache(grouped_root, tmp_path, send, grouped):
+def test_three_items_per_video_hit_the_prefix_cache(procs, grouped_root, tmp_path, send, grouped):
     """Step 3 (32 frames) on a pool of 3 items per video, chunks of 4 items, a server cache of ~10 prompts:
     grouped by video, the hit rate nears the ideal 2/3 of the tokens; in random order the cache forgets."""
-    with Procs(tmp_path / "logs") as procs:
-        stack = Stack(grouped_root, procs)
-        url = stack.sim("sim2", "qwen3-vl-2b", "--speed", "50", "--prefix-cache-tokens", "40000")
-        items = load_items(grouped_root / "items").items.sort_by([("video_id", "ascending"), ("item_id", "ascending")])
-        framed = pc.is_in(items.column("video_id"), value_set=frame_videos(grouped_root / "frames" / "pool_frames"))
-        with_frames = items.filter(framed)
-        if not grouped:
-            with_frames = with_frames.take(random.Random(0).sample(range(with_frames.num_rows), with_frames.num_rows))
-        Store(stack.store.root, P.fingerprint, P.model_dump(mode="json")).claim()
-        ids, videos = with_frames.column("item_id").to_pylist(), with_frames.column("video_id").to_pylist()
-        stack.screen.enqueue_chunks(3, ids, 4, videos=videos if grouped else None)
-        stack.worker("w2", url, "--burst", "--steps", "3", env={"POOL_VIDEO_SEND": send})
-        stack.wait_workers(["w2"])
-        assert stack.raw_count(3) == len(ids)
-        rate = prefix_cache.read(stack.store.root)[3].rate
-        assert rate is not None and (rate >= 0.6 if grouped else rate < 0.3), rate
-        out = subprocess.run(
-            [str(Path(sys.executable).parent / "pool-status"), "--json", "--no-health", "--root", str(stack.root),
-             "--redis-url", stack.redis_url],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
-        st = {s["step"]: s for s in json.loads(out.stdout)["steps"]}
-        assert st[3]["prefix_cache_hit_rate"] == pytest.approx(rate)
+    stack = Stack(grouped_root, procs)
+    url = stack.sim("sim2", "qwen3-vl-2b", "--speed", "50", "--prefix-cache-tokens", "40000")
+    items = load_items(grouped_root / "items").items.sort_by([("video_id", "ascending"), ("item_id", "ascending")])
+    framed = pc.is_in(items.column("video_id"), value_set=frame_videos(grouped_root / "frames" / "pool_frames"))
+    with_frames = items.filter(framed)
+    if not grouped:
+        with_frames = with_frames.take(random.Random(0).sample(range(with_frames.num_rows), with_frames.num_rows))
+    Store(stack.store.root, P.fingerprint, P.model_dump(mode="json")).claim()
+    ids, videos = with_frames.column("item_id").to_pylist(), with_frames.column("video_id").to_pylist()
+    stack.screen.enqueue_chunks(3, ids, 4, videos=videos if grouped else None)
+    stack.worker("w2", url, "--burst", "--steps", "3", env={"POOL_VIDEO_SEND": send})
+    stack.wait_workers(["w2"])
+    assert stack.raw_count(3) == len(ids)
+    rate = prefix_cache.read(stack.store.root)[3].rate
+    assert rate is not None and (rate >= 0.6 if grouped else rate < 0.3), rate
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "pool-status"), "--json", "--no-health", "--root", str(stack.root),
+         "--redis-url", stack.redis_url],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    st = {s["step"]: s for s in json.loads(out.stdout)["steps"]}
+    assert st[3]["prefix_cache_hit_rate"] == pytest.approx(rate)

@@ -7,12 +7,10 @@ import httpx
 import orjson
 import pytest
 from craft import P, items_of, row, valid_store, write
-from stack import Stack
 
 from pool_queue.audit import run_audit
 from pool_queue.commands.report import PLOTS, write_report
 from pool_queue.items import load_items
-from pool_queue.procs import Procs
 from pool_queue.report import all_steps, chance_floor, flags
 from pool_queue.status import StatusReader
 from pool_queue.store import Store
@@ -100,37 +98,35 @@ def test_audit_warns_on_repeated_rows_that_agree(pool_root):
     assert a.warnings[0].examples == (items[1]["item_id"],)
 
 
-def test_status_metrics_report_audit_on_a_half_finished_run(pool_root, tmp_path):
-    with Procs(tmp_path / "logs") as procs:
-        stack = Stack(pool_root, procs)
-        server = stack.sim("sim", "qwen3-vl-8b", "--speed", "0.4")
-        stack.enqueue(1, "--chunk-size", "8")
-        w = stack.worker("w", server, "--metrics-port", "0", "--inflight", "8")
-        items = load_items(pool_root / "items")
-        reader = StatusReader(items, stack.store, pool_root / "frames" / "pool_frames", stack.conn)
-        deadline = time.monotonic() + 60
-        while True:
-            st = reader.read()
-            if st.workers and st.workers[0].items >= 16 and st.steps[0].done >= 16:
-                break
-            assert time.monotonic() < deadline, stack.log("w")
-            time.sleep(0.5)
-        live = st.workers[0]
-        assert live.server == server and live.health is True and live.server_up and live.steps == [1, 2]
-        assert st.steps[0].running_items and st.steps[0].running_jobs
-        metrics = httpx.get(live.metrics_url.replace(live.host, "127.0.0.1")).text
-        assert 'pool_forwards_total{step="1"}' in metrics and "pool_forward_latency_seconds_bucket" in metrics
-        assert "pool_inflight_requests" in metrics
-        w.send_signal(signal.SIGTERM)
-        assert w.wait(60) == 0, stack.log("w")
+def test_status_metrics_report_audit_on_a_half_finished_run(stack, pool_root, tmp_path):
+    server = stack.sim("sim", "qwen3-vl-8b", "--speed", "0.4")
+    stack.enqueue(1, chunk_size=8)
+    w = stack.worker("w", server, "--metrics-port", "0", "--inflight", "8")
+    items = load_items(pool_root / "items")
+    reader = StatusReader(items, stack.store, pool_root / "frames" / "pool_frames", stack.conn, P)
+    deadline = time.monotonic() + 60
+    while True:
         st = reader.read()
-        assert st.workers == []  # a stopped worker withdraws its presence
-        for s in st.steps:  # with no worker running, every eligible item is done or waits in a job
-            assert s.done + s.queued_items == s.eligible, s
-            assert s.running_items == 0 and s.remaining == s.eligible - s.done
-        s1 = st.steps[0]
-        assert 0 < s1.done < 240 and s1.items_per_s_1m > 0 and s1.eta_s and s1.eta_s > 0
-        assert orjson.loads(st.model_dump_json())["steps"][0]["eligible"] == 240
+        if st.workers and st.workers[0].items >= 16 and st.steps[0].done >= 16:
+            break
+        assert time.monotonic() < deadline, stack.log("w")
+        time.sleep(0.5)
+    live = st.workers[0]
+    assert live.server == server and live.health is True and live.server_up and live.steps == [1, 2]
+    assert st.steps[0].running_items and st.steps[0].running_jobs
+    metrics = httpx.get(live.metrics_url.replace(live.host, "127.0.0.1")).text
+    assert 'pool_forwards_total{step="1"}' in metrics and "pool_forward_latency_seconds_bucket" in metrics
+    assert "pool_inflight_requests" in metrics
+    w.send_signal(signal.SIGTERM)
+    assert w.wait(60) == 0, stack.log("w")
+    st = reader.read()
+    assert st.workers == []  # a stopped worker withdraws its presence
+    for s in st.steps:  # with no worker running, every eligible item is done or waits in a job
+        assert s.done + s.queued_items == s.eligible, s
+        assert s.running_items == 0 and s.remaining == s.eligible - s.done
+    s1 = st.steps[0]
+    assert 0 < s1.done < 240 and s1.items_per_s_1m > 0 and s1.eta_s and s1.eta_s > 0
+    assert orjson.loads(st.model_dump_json())["steps"][0]["eligible"] == 240
 
     a = _audit(pool_root)
     assert a.problems == [] and any(x.check == "incomplete" for x in a.warnings)

@@ -6,15 +6,9 @@ import time
 import pytest
 from stack import Stack, expected
 
+from pool_queue.commands import enqueue
 from pool_queue.items import load_items
-from pool_queue.procs import Procs
 from pool_queue.queue import cuts
-
-
-@pytest.fixture()
-def stack(pool_root, tmp_path):
-    with Procs(tmp_path / "logs") as procs:
-        yield Stack(pool_root, procs)
 
 
 def assert_matches_direct(stack: Stack) -> None:
@@ -54,20 +48,20 @@ def test_full_three_step_run_equals_direct_computation_and_chains(stack):
 
 
 def test_enqueue_is_idempotent(stack, capsys):
-    stack.enqueue(1, "--chunk-size", "10")
+    stack.enqueue(1, chunk_size=10)
     first = stack.waiting(1)
-    stack.enqueue(1, "--chunk-size", "10")
-    stack.enqueue(1, "--chunk-size", "7")
+    stack.enqueue(1, chunk_size=10)
+    stack.enqueue(1, chunk_size=7)
     items = load_items(stack.root / "items").items.sort_by([("video_id", "ascending"), ("item_id", "ascending")])
     whole_videos = cuts(items.num_rows, 10, items.column("video_id").to_pylist())  # chunks never split a video
     assert stack.waiting(1) == first == len(whole_videos) < 24
-    stack.enqueue(1, "--plan-only")
-    assert "REMAINING_TOTAL=240" in capsys.readouterr().out
+    enqueue.main(["--step", "1", "--plan-only", "--root", str(stack.root), "--redis-url", stack.redis_url])
+    assert "REMAINING_TOTAL=240" in capsys.readouterr().out  # the command prints what the producer returns
 
 
 def test_sigkill_mid_job_loses_and_duplicates_nothing(stack):
     url = stack.sim("sim8", "qwen3-vl-8b", "--max-num-seqs", "4")
-    stack.enqueue(1, "--chunk-size", "40")
+    stack.enqueue(1, chunk_size=40)
     w = stack.worker("victim", url, "--steps", "1")
     deadline = time.monotonic() + 60
     while stack.raw_count(1) < 40 and time.monotonic() < deadline:  # wait until it is mid-run
@@ -135,7 +129,7 @@ def test_permanent_errors_become_rows_and_nothing_else_suffers(stack):
 
 def test_exhausted_retries_are_rerun_by_a_later_enqueue(stack):
     url = stack.sim("down500", "qwen3-vl-8b", "--faults", "500:0.5", "--zero-latency")
-    stack.enqueue(1, "--limit", "20")
+    stack.enqueue(1, limit=20)
     fast = {"POOL_RETRY_BACKOFF_S": "0.01"}
     stack.worker("w1", url, "--steps", "1", "--burst", env=fast)
     stack.wait_workers(["w1"])
@@ -150,7 +144,7 @@ def test_exhausted_retries_are_rerun_by_a_later_enqueue(stack):
 def test_redis_flushed_mid_run_reconciles_to_equal_results(stack):
     s8 = stack.sim("sim8", "qwen3-vl-8b", "--max-num-seqs", "8")
     s2 = stack.sim("sim2", "qwen3-vl-2b", "--speed", "50")
-    stack.enqueue(1, "--chunk-size", "16")
+    stack.enqueue(1, chunk_size=16)
     w8, w2 = stack.worker("w8", s8), stack.worker("w2", s2)
     while stack.raw_count(1) < 60:
         time.sleep(0.1)
@@ -180,7 +174,7 @@ def test_one_item_raising_inside_the_worker_costs_that_item_only(stack):
     from rq.registry import FailedJobRegistry, FinishedJobRegistry
 
     url = stack.sim("sim8", "qwen3-vl-8b", "--zero-latency")
-    stack.enqueue(1, "--chunk-size", "64")
+    stack.enqueue(1, chunk_size=64)
     q = stack.screen.snapshot([1])[1]
     chunks = stack.screen.payloads(q.waiting)
     victim = chunks[q.waiting[0]].items[10]
@@ -204,7 +198,7 @@ def test_a_job_whose_items_all_have_rows_is_acknowledged_without_work(stack):
     from rq.registry import FailedJobRegistry, FinishedJobRegistry
 
     url = stack.sim("sim8", "qwen3-vl-8b", "--zero-latency")
-    stack.enqueue(1, "--chunk-size", "240")
+    stack.enqueue(1, chunk_size=240)
     stack.worker("w", url, "--steps", "1", "--burst")
     stack.wait_workers(["w"])
     screen, ids = stack.screen, sorted(stack.winners(1))

@@ -8,11 +8,9 @@ import time
 from pathlib import Path
 
 from rich.console import Console
-from stack import Stack
 
 from pool_queue import presence
 from pool_queue.commands.status import plain_lines, render
-from pool_queue.procs import Procs
 from pool_queue.status import RunStatus, StepStatus, WorkerStatus
 
 
@@ -78,15 +76,13 @@ def test_watch_into_a_pipe_prints_a_line_per_step_and_refresh(pool_root):
     assert [line.split(" ", 2)[1:2] for line in got] == [["step"]] * 6 and "step 3:" in got[5], got
 
 
-def test_a_worker_shows_up_at_once_not_one_heartbeat_later(pool_root, tmp_path):
+def test_a_worker_shows_up_at_once_not_one_heartbeat_later(stack, pool_root, tmp_path):
     """The demo's step-3 worker appeared ~14 s after the others: presence waited for the first heartbeat."""
-    with Procs(tmp_path / "logs") as procs:
-        stack = Stack(pool_root, procs)
-        url = stack.sim("sim2", "qwen3-vl-2b")
-        t0 = time.monotonic()
-        stack.worker("w3", url, env={"POOL_HEARTBEAT_S": "15", "POOL_LEASE_S": "60"})
-        while not presence.read_all(stack.conn):
-            assert time.monotonic() - t0 < 12, stack.log("w3")
-            time.sleep(0.2)
-        (snap,) = presence.read_all(stack.conn)
-        assert snap.steps == [3] and snap.server == url
+    url = stack.sim("sim2", "qwen3-vl-2b")
+    t0 = time.monotonic()
+    stack.worker("w3", url, env={"POOL_HEARTBEAT_S": "15", "POOL_LEASE_S": "60"})
+    while not presence.read_all(stack.conn):
+        assert time.monotonic() - t0 < 12, stack.log("w3")
+        time.sleep(0.2)
+    (snap,) = presence.read_all(stack.conn)
+    assert snap.steps == [3] and snap.server == url

@@ -20,6 +20,7 @@ import httpx
 import orjson
 
 from pool_queue import prefix_cache
+from pool_queue.errors import ItemFailure, SetupError
 from pool_queue.rows import ErrorKind
 
 from .transport import SlimTransport
@@ -27,13 +28,15 @@ from .transport import SlimTransport
 log = logging.getLogger(__name__)
 
 
-class ForwardError(Exception):
+class ForwardError(ItemFailure):
     """A forward that cannot succeed for this item (HTTP 400, no logprobs): an error row at once."""
 
     kind: ErrorKind = "permanent"
 
 
-class RetriesExhausted(ForwardError):
+class RetriesExhausted(ItemFailure):
+    """Transient failures used up the attempts: an error row a later run re-attempts (not a ForwardError)."""
+
     kind: ErrorKind = "transient"
 
     def __init__(self, message: str, attempts: int) -> None:
@@ -41,11 +44,11 @@ class RetriesExhausted(ForwardError):
         self.attempts = attempts
 
 
-class ServerMisconfigured(Exception):
+class ServerMisconfigured(SetupError):
     """401/404 from the server or a model mismatch: no item is at fault, the worker must stop."""
 
 
-class ServerUnreachable(Exception):
+class ServerUnreachable(SetupError):
     """At start: no vLLM answered within the wait, or something answered that is not an HTTP server."""
 
 
@@ -117,6 +120,12 @@ class VLLMClient:
 
     async def aclose(self) -> None:
         await self.http.aclose()
+
+    async def __aenter__(self) -> VLLMClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     @property
     def up(self) -> bool:

@@ -2,24 +2,27 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
 import logging
 import sys
 from urllib.parse import urlsplit
 
-from pool_queue.commands._cli import fail, load_protocol, parser, settings
-from pool_queue.items import ItemsError, load_items
+from pool_queue.cli import fail, load_protocol, parser, reports_errors, settings
+from pool_queue.items import ItemSet, load_items
 from pool_queue.lease import Timing
+from pool_queue.protocol import Protocol
 from pool_queue.queue import screen_of
-from pool_queue.store import Store, StoreError
+from pool_queue.settings import Settings
+from pool_queue.store import Store
 
-from .client import ServerMisconfigured, ServerUnreachable, VLLMClient
+from .client import ServerMisconfigured, VLLMClient
 from .redis_link import RedisLink
 from .runtime import Worker, unique_name
 from .serving import served_steps
 
-log = logging.getLogger("pool.worker")
+log = logging.getLogger(__name__)
 BURST_WAIT_S = 30.0
 
 
@@ -35,7 +38,7 @@ def bad_server_url(url: str) -> str | None:
     return None
 
 
-async def _main(argv: list[str] | None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = parser("pool-worker", __doc__ or "")
     p.add_argument("--server", help="vLLM base URL, e.g. http://127.0.0.1:8001 (default: first of POOL_SERVERS)")
     p.add_argument(
@@ -51,7 +54,11 @@ async def _main(argv: list[str] | None) -> int:
     )
     p.add_argument("--allow-unpinned", action="store_true", help="accept a server whose root shows no revision")
     p.add_argument("--log-level", default="INFO")
-    a = p.parse_args(argv)
+    return p
+
+
+async def _main(argv: list[str] | None) -> int:
+    a = _parser().parse_args(argv)
     logging.basicConfig(level=a.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     s = settings(a, wait_server_s=a.wait_server, wait_redis_s=a.wait_redis)
@@ -63,15 +70,12 @@ async def _main(argv: list[str] | None) -> int:
     # waiting suits a long-running worker, not a one-off run
     wait_server, wait_redis = (min(w, BURST_WAIT_S) if a.burst else w for w in (s.wait_server_s, s.wait_redis_s))
     protocol = load_protocol(s)
+    # the inputs first: a wrong root fails at once, before any wait for the server or any write
+    items = load_items(s.items_dir)
+    store = Store(s.results_dir, protocol.fingerprint, protocol.model_dump(mode="json"))
+    store.check_stamp()
     key = s.vllm_api_key.get_secret_value() if s.vllm_api_key else None
-    try:  # the inputs first: a wrong root fails at once, before any wait for the server or any write
-        items = load_items(s.items_dir)
-        store = Store(s.results_dir, protocol.fingerprint, protocol.model_dump(mode="json"))
-        store.check_stamp()
-    except (StoreError, ItemsError) as e:
-        fail(str(e))
-    client = VLLMClient(server, key, s.request_timeout_s, s.max_attempts, backoff_s=s.retry_backoff_s)
-    try:
+    async with VLLMClient(server, key, s.request_timeout_s, s.max_attempts, backoff_s=s.retry_backoff_s) as client:
         log.info("waiting up to %.0f s for the vLLM server at %s (/health)", wait_server, server)
         await client.wait_first(wait_server)
         steps = served_steps(protocol, await client.served_models(), a.allow_unpinned)
@@ -81,25 +85,32 @@ async def _main(argv: list[str] | None) -> int:
                 raise ServerMisconfigured(f"--steps {a.steps}: the server serves steps {steps} only")
             steps = wanted
         store.claim()
-    except (ServerMisconfigured, ServerUnreachable, StoreError) as e:
-        await client.aclose()
-        fail(str(e))
+        w = _worker(a, s, protocol, items, store, client, server, steps, wait_redis)
+        gc.collect()
+        gc.freeze()  # start-up objects (the item table's Python side, modules) leave the collector's scans
+        return await w.run(burst=a.burst)
+
+
+def _worker(
+    a: argparse.Namespace,
+    s: Settings,
+    protocol: Protocol,
+    items: ItemSet,
+    store: Store,
+    client: VLLMClient,
+    server: str,
+    steps: list[int],
+    wait_redis: float,
+) -> Worker:
     inflight = a.inflight or s.workers or s.max_seqs  # keep the server's batch full
-    conn = s.redis()
-    screen = screen_of(store, conn)
+    screen = screen_of(store, s.redis())
     assert screen is not None  # the store was just claimed
     name = unique_name(server, a.name)
     log.info(
         "%s: screen %s, steps %s via %s, %d in flight, %d items known",
-        name,
-        screen.id,
-        steps,
-        server,
-        inflight,
-        items.items.num_rows,
-    )
-    timing = Timing(s.lease_s, s.heartbeat_s, s.rescue_s, s.job_max_failures)
-    w = Worker(
+        name, screen.id, steps, server, inflight, items.items.num_rows,
+    )  # fmt: skip
+    return Worker(
         name=name,
         server=server,
         steps=steps,
@@ -109,7 +120,7 @@ async def _main(argv: list[str] | None) -> int:
         frames_dir=s.frames_dir,
         screen=screen,
         link=RedisLink(s.redis_where(), wait_redis, name),
-        timing=timing,
+        timing=Timing(s.lease_s, s.heartbeat_s, s.rescue_s, s.job_max_failures),
         client=client,
         max_inflight=inflight,
         metrics_port=a.metrics_port if a.metrics_port is not None else s.metrics_port,
@@ -117,14 +128,9 @@ async def _main(argv: list[str] | None) -> int:
         fault_items=s.fault_items,
         video_send=s.video_send,
     )
-    gc.collect()
-    gc.freeze()  # start-up objects (the item table's Python side, modules) leave the collector's scans
-    try:
-        return await w.run(burst=a.burst)
-    finally:
-        await client.aclose()
 
 
+@reports_errors
 def main(argv: list[str] | None = None) -> None:
     raise SystemExit(asyncio.run(_main(argv)))
 

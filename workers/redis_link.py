@@ -16,12 +16,14 @@ from typing import TypeVar
 
 import redis
 
+from pool_queue.errors import SetupError
+
 T = TypeVar("T")
-log = logging.getLogger("pool.worker")
+log = logging.getLogger(__name__)
 OUTAGE = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
 
 
-class RedisGone(RuntimeError):
+class RedisGone(SetupError, RuntimeError):
     """Redis did not answer for longer than the worker is willing to wait."""
 
 

@@ -14,7 +14,7 @@ import secrets
 import signal
 import socket
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +28,7 @@ from pool_queue import lease as leases
 from pool_queue import prefix_cache, presence
 from pool_queue.frames import DEFAULT_MAX_PIXELS, video_folder
 from pool_queue.items import ItemSet
-from pool_queue.plan import MAX_ITEM_RUNS
+from pool_queue.plan import next_step_ids
 from pool_queue.protocol import Protocol
 from pool_queue.queue import Screen
 from pool_queue.rows import Row
@@ -39,7 +39,7 @@ from .metrics import Metrics
 from .redis_link import RedisGone, RedisLink
 from .screen import Identity, Item, Screener, VideoSend
 
-log = logging.getLogger("pool.worker")
+log = logging.getLogger(__name__)
 CACHE_READ_S = 5.0  # how often the server's prefix-cache counters are read
 
 
@@ -115,7 +115,7 @@ class Worker:
         self.metrics_port = metrics_port
         self.metrics_url: str | None = None
         self.last_error: str | None = None
-        self.recent: deque[tuple[float, int, int]] = deque(maxlen=64)  # (time, items, forwards) per beat
+        self.rate = presence.RateWindow()
         self.cache = prefix_cache.Meter.for_worker(store.root, name, server)
         self.step_tokens: Counter[int] = Counter()  # prompt tokens answered since the last cache read
         self.rq: RQWorker  # made in run(): its constructor already talks to Redis
@@ -137,7 +137,7 @@ class Worker:
             loop.add_signal_handler(sig, self._on_signal)
         try:
             self.rq = await self.link.call(self._rq_worker)
-        except RedisGone as e:  # never reached at start: a setting to fix (exit 2), not an outage to outlive
+        except RedisGone as e:  # Redis not reached at start: a setting to fix (exit 2), not an outage to outlive
             log.error("%s: cannot start: %s (--wait-redis)", self.name, e)
             return 2
         if self.metrics_port is not None:
@@ -232,9 +232,8 @@ class Worker:
                 raise self.fatal
             dumped = [r.model_dump(mode="json") for r in rows]
             await asyncio.to_thread(self._writer(step).write, dumped)  # on disk before the ack
-            follow = self._survivors(step, rows) + (await asyncio.to_thread(self._stored_survivors, step, skip))
-            nxt = step + 1 if step < 3 else None
-            await self.link.call(leases.finish, self.screen, lease, follow, nxt)
+            follow = await asyncio.to_thread(self._follow_up, step, rows, skip)
+            await self.link.call(leases.finish, self.screen, lease, follow, self.protocol.next_step(step))
             self.count.jobs += 1
             self.metrics.jobs.inc()
         except ServerMisconfigured as e:  # no item is at fault: the job goes back untouched
@@ -298,33 +297,36 @@ class Worker:
         return self.writers[step]
 
     def _already_final(self, step: int, ids: list[str]) -> set[str]:
-        final = self.store.final_ids(step, MAX_ITEM_RUNS)
+        final = self.store.settled(step)
         mask = pc.is_in(pa.array(ids, pa.string()), value_set=final)
         return {i for i, m in zip(ids, mask.to_pylist(), strict=True) if m}
 
-    def _has_frames(self, video_id: str) -> bool:
-        return video_folder(self.frames_dir, video_id)[0] is not None  # the planner's rule, exactly
-
-    def _eligible_next(self, step: int, pairs: list[tuple[str, str]]) -> list[str]:
-        if step >= 3:
+    def _follow_up(self, step: int, rows: list[Row], skipped: set[str]) -> list[str]:
+        """The next step's items from this job, by the planner's chain rule (`plan.next_step_ids`): of its
+        new rows, and of the stored rows of items a re-delivered job skipped (their chain may not have
+        been sent)."""
+        nxt = self.protocol.next_step(step)
+        if nxt is None:
             return []
-        ordered = sorted(pairs, key=lambda p: p[1])  # by video: the next step sends a video's items together
-        return [i for i, v in ordered if step + 1 == 3 or self._has_frames(v)]
-
-    def _survivors(self, step: int, rows: list[Row]) -> list[str]:
-        return self._eligible_next(
-            step, [(r.item_id, r.video_id) for r in rows if r.status == "ok" and r.removed is False]
+        fresh = pa.table(
+            {
+                "item_id": pa.array([r.item_id for r in rows], pa.string()),
+                "status": pa.array([r.status for r in rows], pa.string()),
+                "removed": pa.array([r.removed for r in rows], pa.bool_()),
+                "video_id": pa.array([r.video_id for r in rows], pa.string()),
+            }
         )
-
-    def _stored_survivors(self, step: int, skipped: set[str]) -> list[str]:
-        """Survivors among items a re-delivered job skipped: their chain may not have been sent."""
-        if not skipped or step >= 3:
-            return []
-        w = self.store.winners(step)
-        w = w.filter(pc.is_in(w.column("item_id"), value_set=pa.array(sorted(skipped), pa.string())))
-        ok = w.filter(pc.and_(pc.equal(w.column("status"), "ok"), pc.invert(pc.fill_null(w.column("removed"), True))))
-        ids = ok.column("item_id").to_pylist()
-        return self._eligible_next(step, [(i, it.video_id) for i, it in self._items(ids).items()])
+        if skipped:
+            w = self.store.winners(step).select(["item_id", "status", "removed"])
+            w = w.filter(pc.is_in(w.column("item_id"), value_set=pa.array(sorted(skipped), pa.string())))
+            videos = {i: it.video_id for i, it in self._items(w.column("item_id").to_pylist()).items()}
+            known = w.filter(pc.is_in(w.column("item_id"), value_set=pa.array(list(videos), pa.string())))
+            vids = pa.array([videos[i] for i in known.column("item_id").to_pylist()], pa.string())
+            fresh = pa.concat_tables([fresh, known.append_column("video_id", vids)])
+        with_frames: list[str] = []
+        if self.protocol.steps[nxt].frames != "none":  # the planner's frame rule, exactly (one stat per video)
+            with_frames = [v for v in set(fresh.column("video_id").to_pylist()) if video_folder(self.frames_dir, v)[0]]
+        return next_step_ids(self.protocol, step, fresh, pa.array(with_frames, pa.string()))
 
     # ---- background -----------------------------------------------------------------------------
 
@@ -346,9 +348,7 @@ class Worker:
 
     def snapshot(self) -> presence.WorkerSnapshot:
         c, now = self.count, time.monotonic()
-        self.recent.append((now, c.items, c.forwards))
-        t0, i0, f0 = next((r for r in self.recent if now - r[0] <= 60), self.recent[0])
-        dt = now - t0
+        items_per_s, forwards_per_s = self.rate.rates(now, c.items, c.forwards)
         return presence.WorkerSnapshot(
             name=self.name,
             screen=self.screen.id,
@@ -364,8 +364,8 @@ class Worker:
             errors=c.errors,
             removed=c.removed,
             retries=self.client.retries,
-            items_per_s=(c.items - i0) / dt if dt > 0 else 0.0,
-            forwards_per_s=(c.forwards - f0) / dt if dt > 0 else 0.0,
+            items_per_s=items_per_s,
+            forwards_per_s=forwards_per_s,
             outage_s=self.client.outage_s,
             server_up=self.client.up,
             last_error=self.last_error,

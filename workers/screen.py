@@ -13,13 +13,14 @@ from typing import Any, Literal
 
 import orjson
 
+from pool_queue.errors import ItemFailure
 from pool_queue.frames import DEFAULT_MAX_PIXELS, FrameEncoder, FrameError, find_frames
 from pool_queue.protocol import LETTERS, Protocol
 from pool_queue.rows import ErrorKind, ForwardRecord, Row
 
-from .client import Answer, ForwardError, ServerMisconfigured, VLLMClient
+from .client import Answer, ServerMisconfigured, VLLMClient
 
-log = logging.getLogger("pool.worker")
+log = logging.getLogger(__name__)
 VideoSend = Literal["adjacent", "serial"]
 
 
@@ -170,8 +171,8 @@ class Screener:
         failures = [a for a in answers if isinstance(a, BaseException)]
         attempts = sum(a.attempts for a in answers if isinstance(a, Answer))
         if failures:
-            worst = next((f for f in failures if not isinstance(f, ForwardError)), failures[0])
-            if not isinstance(worst, ForwardError):
+            worst = next((f for f in failures if not isinstance(f, ItemFailure)), failures[0])
+            if not isinstance(worst, ItemFailure):
                 raise worst  # a misconfigured server (worker-level) or a bug (internal)
             attempts += sum(getattr(f, "attempts", 1) for f in failures)
             more = {"attempts": attempts, "frame_indices": idx, "n_frames_total": n_total}
@@ -198,7 +199,7 @@ class Screener:
                     latency_s=round(ans.latency_s, 4),
                 )
             )
-        first = judged[0]
+        verdict = self.protocol.judge_item(step, orders, judged)
         return Row(
             item_id=item.item_id,
             step=step,
@@ -212,11 +213,7 @@ class Screener:
             worker=self.who.worker,
             started_at=started,
             attempts=attempts,
-            removed=self.protocol.removed(step, judged),
-            pred=LETTERS[orders[0][first.pred]],
-            margin=sum(f.margin for f in judged) / len(judged),
-            n_hits=sum(f.hit for f in judged),
-            n_perm=len(judged),
+            **verdict.model_dump(),
             forwards=records,
             frame_indices=idx,
             n_frames_total=n_total or None,

@@ -11,9 +11,9 @@ from __future__ import annotations
 import sys
 
 from ..audit import Audit, Finding, run_audit
-from ..items import ItemsError, load_items
+from ..cli import fail, load_protocol, parser, reports_errors, settings
+from ..items import load_items
 from ..settings import Settings
-from ._cli import fail, load_protocol, parser, settings
 
 
 def _lines(tag: str, found: list[Finding]) -> list[str]:
@@ -35,13 +35,11 @@ def audit_results(s: Settings, complete: bool = False) -> Audit:
     """The audit of the results root the settings name (exits with the reason when there is none)."""
     if not s.results_dir.is_dir():
         fail(f"results root {s.results_dir} does not exist")
-    try:
-        items = load_items(s.items_dir)
-    except ItemsError as e:
-        fail(str(e))
+    items = load_items(s.items_dir)
     return run_audit(s.results_dir, load_protocol(s), items, s.frames_dir, complete=complete)
 
 
+@reports_errors
 def main(argv: list[str] | None = None) -> None:
     p = parser("pool-audit", __doc__ or "")
     p.add_argument("--complete", action="store_true", help="an unfinished step is a problem, not a warning")

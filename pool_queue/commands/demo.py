@@ -17,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..audit import run_audit
+from ..cli import reports_errors
 from ..items import ItemSet, load_items
 from ..plan import eligible
 from ..procs import Procs, free_port, wait_health
@@ -24,6 +25,7 @@ from ..progress import console
 from ..protocol import Protocol
 from ..queue import Screen, screen_of
 from ..report import step_report
+from ..settings import load_settings
 from ..store import Store
 from ..synth import SynthConfig, generate
 from . import enqueue
@@ -34,6 +36,7 @@ from .status import duration
 ENV_MARK = "# written by pool-demo: bare pool-* commands in this folder find the demo; delete it to stop that\n"
 
 
+@reports_errors
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="pool-demo", description=__doc__)
     p.add_argument("--root", type=Path, default=Path("demo-pool"), help="package root (generated if absent)")
@@ -73,14 +76,15 @@ def _demo(a: argparse.Namespace, con: Console) -> None:
             wait_health(url, 30)
         common = ["--root", str(a.root), "--results", str(results), "--redis-url", redis_url]
         con.print(_commands(a.root, results, redis_url, live=True))
-        enqueue.main(["--step", "1", *common])
+        settings = load_settings(root=a.root, results=results, redis_url=redis_url)
+        enqueue.run_steps(settings, protocol, [min(protocol.steps)], plan_only=False, label=False)
         for i, url in enumerate(sims):
             procs.start(f"worker-{i}", [sys.executable, "-m", "workers.main", "--server", url, *common])
         con.print(f"workers started (logs in {log_dir}); screening...")
         screen = screen_of(store, Redis.from_url(redis_url))
         assert screen is not None  # the store was claimed above
         item_set = load_items(a.root / "items")
-        _watch(procs, screen, store, item_set, a.root / "frames" / "pool_frames", log_dir)
+        _watch(procs, protocol, screen, store, item_set, a.root / "frames" / "pool_frames", log_dir)
     title = f"demo screen of {item_set.items.num_rows} items"
     t = Table("step", "done", "removed", "errors", "wall", "items/s", title=title)
     for s in (1, 2, 3):
@@ -96,7 +100,9 @@ def _demo(a: argparse.Namespace, con: Console) -> None:
     con.print(_commands(a.root, results, redis_url, live=False))
 
 
-def _watch(procs: Procs, screen: Screen, store: Store, item_set: ItemSet, frames: Path, log_dir: Path) -> None:
+def _watch(
+    procs: Procs, protocol: Protocol, screen: Screen, store: Store, item_set: ItemSet, frames: Path, log_dir: Path
+) -> None:
     """Progress bars with ETA per step until the queues stay empty; a child that dies stops the demo."""
     items = item_set.items
     with Progress(
@@ -113,7 +119,7 @@ def _watch(procs: Procs, screen: Screen, store: Store, item_set: ItemSet, frames
         while idle < 3:
             time.sleep(1.0)
             for s in (1, 2, 3):
-                total = eligible(s, items, store, frames).num_rows
+                total = eligible(protocol, s, items, store, frames).num_rows
                 prog.update(tasks[s], total=total, completed=store.winners(s).num_rows)
             for name, proc in procs.children.items():
                 if proc.poll() is not None:

@@ -12,9 +12,9 @@ from pathlib import Path
 import orjson
 import pyarrow.parquet as pq
 
+from ..cli import fail, load_protocol, parser, reports_errors, settings
 from ..rows import to_arrow
-from ..store import STAMP, STEPS, Store, StoreError
-from ._cli import fail, load_protocol, parser, settings
+from ..store import STAMP, STEPS, Store
 
 
 def export(store: Store, out: Path) -> dict[int, int]:
@@ -30,6 +30,7 @@ def export(store: Store, out: Path) -> dict[int, int]:
     return counts
 
 
+@reports_errors
 def main(argv: list[str] | None = None) -> None:
     p = parser("pool-export", __doc__ or "")
     p.add_argument("--out", type=Path, required=True, help="export folder (must not be the results root)")
@@ -40,9 +41,6 @@ def main(argv: list[str] | None = None) -> None:
         fail("--out must differ from the results root")
     if not (s.results_dir / STAMP).is_file():
         fail(f"no results to export: {s.results_dir} holds no screen (check --root / --results)")
-    try:
-        counts = export(Store(s.results_dir, protocol.fingerprint), a.out)
-    except StoreError as e:
-        fail(str(e))
+    counts = export(Store(s.results_dir, protocol.fingerprint), a.out)
     for step, n in counts.items():
         print(f"step {step}: {n} rows -> {a.out}/step{step}.parquet, {a.out}/results/pool/step{step}/step{step}.jsonl")

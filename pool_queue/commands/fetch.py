@@ -12,12 +12,11 @@ from pathlib import Path
 
 from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
+from ..cli import fail, load_protocol, parser, reports_errors, settings
 from ..fetch import Hub, fetch_frames, fetch_items, fetch_models
-from ..items import ItemsError
-from ..shards import ShardError
-from ._cli import fail, load_protocol, parser, settings
 
 
+@reports_errors
 def main(argv: list[str] | None = None) -> None:
     p = parser("pool-fetch", __doc__ or "")
     p.add_argument("--items", action="store_true", help="the item table (into <root>/items)")
@@ -40,8 +39,6 @@ def main(argv: list[str] | None = None) -> None:
         if a.models or everything:  # models always come through the hub cache (pre-fill it to run offline)
             for name, path in fetch_models(load_protocol(s), hub).items():
                 print(f"model {name}: {path}")
-    except (ItemsError, ShardError) as e:
-        fail(str(e))
     except LocalEntryNotFoundError as e:
         fail(f"not in the local cache and the hub is not reachable or offline mode is on: {e}")
     except HfHubHTTPError as e:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..shards import ShardError, extract, verify
-from ._cli import fail, parser, settings
+from ..cli import parser, reports_errors, settings
+from ..shards import extract, verify
 
 
+@reports_errors
 def main(argv: list[str] | None = None) -> None:
     p = parser("pool-frames", __doc__ or "")
     p.add_argument(
@@ -17,12 +18,9 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     s = settings(a)
     tars = a.tars or s.root / "frames_tar"
-    try:
-        if a.verify_only:
-            m = verify(tars)
-            print(f"{len(m.shards)} shards OK ({m.n_videos} videos)")
-        else:
-            n = extract(tars, s.frames_dir)
-            print(f"extracted {n} video folders into {s.frames_dir}")
-    except ShardError as e:
-        fail(str(e))
+    if a.verify_only:
+        m = verify(tars)
+        print(f"{len(m.shards)} shards OK ({m.n_videos} videos)")
+    else:
+        n = extract(tars, s.frames_dir)
+        print(f"extracted {n} video folders into {s.frames_dir}")

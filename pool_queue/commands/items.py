@@ -10,20 +10,18 @@ import pyarrow.csv as pacsv
 from rich.console import Console
 from rich.table import Table
 
-from ..items import ItemsError, load_items, option_warnings
-from ._cli import fail, parser, settings
+from ..cli import parser, reports_errors, settings
+from ..items import load_items, option_warnings
 
 
+@reports_errors
 def main(argv: list[str] | None = None) -> None:
     p = parser("pool-items", __doc__ or "")
     p.add_argument("--report", type=Path, help="write the rejected items (item_id, source, row, reason) as CSV here")
     p.add_argument("--show", type=int, default=50, help="rejected rows to print (default 50)")
     a = p.parse_args(argv)
     s = settings(a)
-    try:
-        items = load_items(s.items_dir)
-    except ItemsError as e:
-        fail(str(e))
+    items = load_items(s.items_dir)
     con = Console()
     per_bench = items.items.group_by("benchmark").aggregate([("item_id", "count")]).sort_by("benchmark")
     t = Table("benchmark", "items", title=f"{items.items.num_rows} valid of {items.n_read} read from {s.items_dir}")

@@ -10,10 +10,12 @@ instead of vLLM (the CPU demo, the Slurm test).
 
 from __future__ import annotations
 
+import argparse
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +24,7 @@ from pathlib import Path
 from huggingface_hub.errors import LocalEntryNotFoundError
 from redis import RedisError
 
+from ..cli import fail, load_protocol, parser, reports_errors, settings
 from ..launch import (
     OPTIONAL_FLAGS,
     Server,
@@ -37,11 +40,11 @@ from ..launch import (
     vllm_flags,
 )
 from ..procs import Procs, wait_health
-from ..queue import screen_of
-from ..store import Store
+from ..protocol import Protocol
+from ..queue import Screen
+from ..settings import Settings
 from ..supervise import Supervisor
 from . import enqueue
-from ._cli import fail, load_protocol, parser, settings
 
 OOM_HINTS = ("out of memory", "CUDA error: out of memory", "OutOfMemoryError", "No available memory for the cache")
 
@@ -80,6 +83,7 @@ def _flags_known(vllm: str, t: Tuning, cores: int) -> frozenset[str] | None:
     return known
 
 
+@reports_errors
 def main(argv: list[str] | None = None) -> None:
     p = parser("pool-launch", __doc__ or "")
     p.add_argument("--step", type=int, choices=(1, 2, 3), help="serve this step's model on every GPU; enqueue it")
@@ -91,21 +95,42 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--health-timeout", type=float, default=1200.0, help="seconds to wait for every server")
     a = p.parse_args(argv)
     s = settings(a)
-    common = ["--root", str(s.root), "--results", str(s.results_dir), "--redis-url", s.redis_url]
+    protocol = load_protocol(s)
     if a.plan_only:
         if a.step is None:
             fail("--plan-only needs --step N")
-        enqueue.main(["--step", str(a.step), "--plan-only", *common])
+        enqueue.run_steps(s, protocol, [a.step], plan_only=True, label=False)
         return
-    protocol = load_protocol(s)
-    try:
-        servers = plan_servers(s, a.step, a.split, devices(s.ngpu, a.sim))
-    except ValueError as e:
-        fail(str(e))
+    servers = plan_servers(s, a.step, a.split, devices(s.ngpu, a.sim))
     if not servers:
         fail("no GPU visible (CUDA_VISIBLE_DEVICES / nvidia-smi); NGPU=N or --sim for simulated servers")
     tag = str(a.step) if a.step else a.split.replace("+", "p")
-    logs = s.logs_dir
+    stop = _stop_on_signals()
+    with Procs(s.logs_dir) as procs:
+        _start_servers(procs, s, protocol, servers, tag, a)
+        # a split runs every step: start (or resume) them all
+        steps = [a.step] if a.step else sorted(protocol.steps)
+        screen = enqueue.run_steps(s, protocol, steps, plan_only=False, label=False)
+        assert screen is not None  # run_steps stamped the results root
+        codes = _supervise(procs, s, screen, servers, tag, a.burst, stop)
+    if a.step:
+        enqueue.run_steps(s, protocol, [a.step], plan_only=True, label=False)
+    if any(codes):
+        fail(f"worker exit codes {codes}: see {s.logs_dir}/client_s{tag}_gpu*.log", code=1)
+
+
+def _stop_on_signals() -> threading.Event:
+    """SIGTERM/SIGINT ask for a drain instead of killing the launcher."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda _signum, _frame: stop.set())
+    return stop
+
+
+def _start_servers(
+    procs: Procs, s: Settings, protocol: Protocol, servers: list[Server], tag: str, a: argparse.Namespace
+) -> None:
+    """Every server at once, with the options derived from the cores; return when all are healthy."""
     try:
         paths = {m: snapshot(protocol, m, a.sim) for m in {srv.model for srv in servers}}
     except LocalEntryNotFoundError as e:  # not in the local cache: say how to get it
@@ -113,65 +138,55 @@ def main(argv: list[str] | None = None) -> None:
     cores = cores_per_server(len(servers))
     tuning = Tuning.for_cores(cores, s.api_servers, s.renderer_workers)
     known = None if a.sim else _flags_known(s.vllm, tuning, cores)
-    stop = False
+    for srv in servers:
+        argv = server_argv(s, protocol, srv, paths[srv.model], a.sim, tuning, known)
+        if a.sim:
+            argv += ["--speed", str(a.sim_speed)]
+        procs.start(log_name("vllm", tag, srv), argv, env=server_env(srv, a.sim, tuning))
+    print(f"started {len(servers)} server(s): " + ", ".join(f"{v.name}={v.model}@{v.url}" for v in servers))
+    with ThreadPoolExecutor(len(servers)) as ex:
+        why = list(ex.map(lambda v: _wait_healthy(procs, log_name("vllm", tag, v), v, a.health_timeout), servers))
+    bad = [(v, w) for v, w in zip(servers, why, strict=True) if w]
+    if bad:
+        for v, w in bad:
+            print(_explain(s.logs_dir / f"{log_name('vllm', tag, v)}.log", w), file=sys.stderr)
+        raise SystemExit(1)
+    print("all servers healthy")
 
-    def on_signal(signum: int, _frame: object) -> None:
-        nonlocal stop
-        stop = True
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
-    with Procs(logs) as procs:
-        for srv in servers:
-            argv = server_argv(s, protocol, srv, paths[srv.model], a.sim, tuning, known)
-            if a.sim:
-                argv += ["--speed", str(a.sim_speed)]
-            procs.start(log_name("vllm", tag, srv), argv, env=server_env(srv, a.sim, tuning))
-        print(f"started {len(servers)} server(s): " + ", ".join(f"{v.name}={v.model}@{v.url}" for v in servers))
-        with ThreadPoolExecutor(len(servers)) as ex:
-            why = list(ex.map(lambda v: _wait_healthy(procs, log_name("vllm", tag, v), v, a.health_timeout), servers))
-        bad = [(v, w) for v, w in zip(servers, why, strict=True) if w]
-        if bad:
-            for v, w in bad:
-                print(_explain(logs / f"{log_name('vllm', tag, v)}.log", w), file=sys.stderr)
-            raise SystemExit(1)
-        print("all servers healthy")
-        for step in [a.step] if a.step else [1, 2, 3]:  # a split runs every step: start (or resume) them all
-            enqueue.main(["--step", str(step), *common])
-        host = socket.gethostname()
-        store = Store(s.results_dir, protocol.fingerprint, protocol.model_dump(mode="json"))
-        screen = screen_of(store, s.redis())
-        assert screen is not None  # enqueue stamped the results root
+def _supervise(
+    procs: Procs, s: Settings, screen: Screen, servers: list[Server], tag: str, burst: bool, stop: threading.Event
+) -> list[int]:
+    """One worker per server, restarted when it dies, until the queues are empty (burst) or a signal;
+    then drain: no new jobs, in-flight forwards finish, rows written, jobs acknowledged."""
+    host = socket.gethostname()
+    common = ["--root", str(s.root), "--results", str(s.results_dir), "--redis-url", s.redis_url]
 
-        def worker_starter(srv: Server) -> Callable[[], subprocess.Popen[bytes]]:
-            wargv = [sys.executable, "-m", "workers.main", "--server", srv.url, *common]
-            wargv += ["--name", f"{host}-{srv.name}", "--steps", ",".join(map(str, steps_of(srv.model)))]
-            wargv += ["--metrics-port", str(s.port0 + 100 + srv.gpu)] + (["--burst"] if a.burst else [])
-            return lambda: procs.start(log_name("client", tag, srv), wargv)
+    def worker_starter(srv: Server) -> Callable[[], subprocess.Popen[bytes]]:
+        wargv = [sys.executable, "-m", "workers.main", "--server", srv.url, *common]
+        wargv += ["--name", f"{host}-{srv.name}", "--steps", ",".join(map(str, steps_of(srv.model)))]
+        wargv += ["--metrics-port", str(s.port0 + 100 + srv.gpu)] + (["--burst"] if burst else [])
+        return lambda: procs.start(log_name("client", tag, srv), wargv)
 
-        sup = Supervisor(a.burst, lambda msg: print(msg, file=sys.stderr, flush=True))
-        for srv in servers:
-            sup.add(log_name("client", tag, srv), worker_starter(srv))
-        print(f"{len(servers)} worker(s) started; progress: pool-status --watch; logs in {logs}")
-        served = sorted({step for v in servers for step in steps_of(v.model)})
+    sup = Supervisor(burst, lambda msg: print(msg, file=sys.stderr, flush=True))
+    for srv in servers:
+        sup.add(log_name("client", tag, srv), worker_starter(srv))
+    print(f"{len(servers)} worker(s) started; progress: pool-status --watch; logs in {s.logs_dir}")
+    served = sorted({step for v in servers for step in steps_of(v.model)})
 
-        def work_left() -> bool:
-            try:
-                return screen.busy(served)
-            except RedisError:  # Redis away: its work is still there
-                return True
+    def work_left() -> bool:
+        try:
+            return screen.busy(served)
+        except RedisError:  # Redis away: its work is still there
+            return True
 
-        while not stop and sup.step(work_left):
-            time.sleep(1)
-        for proc in sup.running():  # SIGTERM: no new jobs, in-flight forwards finish, rows written, jobs acked
-            proc.send_signal(signal.SIGTERM)
-        for proc in sup.running():
-            proc.wait()
-        codes = sup.exit_codes()
-    if a.step:
-        enqueue.main(["--step", str(a.step), "--plan-only", *common])
-    if any(codes):
-        fail(f"worker exit codes {codes}: see {logs}/client_s{tag}_gpu*.log", code=1)
+    while not stop.is_set() and sup.step(work_left):
+        time.sleep(1)
+    for proc in sup.running():
+        proc.send_signal(signal.SIGTERM)
+    for proc in sup.running():
+        proc.wait()
+    return sup.exit_codes()
 
 
 if __name__ == "__main__":

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..cli import fail, parser, reports_errors, settings
 from ..pack import pack, pack_name
-from ._cli import fail, parser, settings
 from .audit import audit_results, summary
 
 
+@reports_errors
 def main(argv: list[str] | None = None) -> None:
     p = parser("pool-pack", __doc__ or "")
     p.add_argument("--out", type=Path, help="where the tarball goes (default: the folder holding results/)")

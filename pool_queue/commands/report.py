@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import plots, prefix_cache
-from ..items import ItemsError, ItemSet, load_items
+from ..cli import load_protocol, parser, reports_errors, settings
+from ..items import ItemSet, load_items
 from ..protocol import Protocol
 from ..report import (
     BORDER,
@@ -25,8 +26,7 @@ from ..report import (
     hits_table,
     letters,
 )
-from ..store import Store, StoreError
-from ._cli import fail, load_protocol, parser, settings
+from ..store import Store
 from .status import duration
 
 PLOTS = ("removal_by_benchmark.png", "margins.png", "letters.png")
@@ -135,6 +135,7 @@ def write_report(store: Store, items: ItemSet, protocol: Protocol, out: Path) ->
     return path
 
 
+@reports_errors
 def main(argv: list[str] | None = None) -> None:
     p = parser("pool-report", __doc__ or "")
     p.add_argument("--out", type=Path, help="report folder (default: <results root>/../report)")
@@ -143,9 +144,6 @@ def main(argv: list[str] | None = None) -> None:
     protocol = load_protocol(s)
     store = Store(s.results_dir, protocol.fingerprint)
     out = a.out or s.results_dir.parent / "report"
-    try:
-        store.check_stamp()
-        path = write_report(store, load_items(s.items_dir), protocol, out)
-    except (StoreError, ItemsError) as e:
-        fail(str(e))
+    store.check_stamp()
+    path = write_report(store, load_items(s.items_dir), protocol, out)
     print(f"report: {path} (+ {', '.join(PLOTS)})")

@@ -16,10 +16,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ..items import ItemsError, load_items
+from ..cli import load_protocol, parser, reports_errors, settings
+from ..items import load_items
 from ..status import RunStatus, StatusReader
-from ..store import Store, StoreError
-from ._cli import fail, load_protocol, parser, settings
+from ..store import Store
 
 
 def duration(s: float | None) -> str:
@@ -112,6 +112,7 @@ def remaining_lines(st: RunStatus) -> str:
     return "\n".join(f"STEP={s.step} REMAINING_TOTAL={s.remaining}" for s in st.steps)
 
 
+@reports_errors
 def main(argv: list[str] | None = None) -> None:
     p = parser("pool-status", __doc__ or "")
     p.add_argument("--watch", nargs="?", const=5.0, type=float, metavar="SECONDS", help="live view (default every 5 s)")
@@ -121,13 +122,10 @@ def main(argv: list[str] | None = None) -> None:
     s = settings(a)
     protocol = load_protocol(s)
     store = Store(s.results_dir, protocol.fingerprint)
-    try:
-        store.check_stamp()
-        items = load_items(s.items_dir)
-    except (StoreError, ItemsError) as e:
-        fail(str(e))
+    store.check_stamp()
+    items = load_items(s.items_dir)
     conn = s.redis()
-    reader = StatusReader(items, store, s.frames_dir, conn, probe_health=not a.no_health)
+    reader = StatusReader(items, store, s.frames_dir, conn, protocol, probe_health=not a.no_health)
     if a.json:
         print(reader.read().model_dump_json(indent=2))
         return

@@ -6,11 +6,12 @@ import argparse
 import time
 from pathlib import Path
 
+from ..cli import fail, reports_errors
 from ..hostile import add_hostile
 from ..synth import SynthConfig, generate
-from ._cli import fail
 
 
+@reports_errors
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="pool-synth", description=__doc__)
     p.add_argument("root", type=Path, help="new package root to create")

@@ -11,12 +11,13 @@ from pathlib import Path
 
 from huggingface_hub.errors import HfHubHTTPError
 
+from ..cli import fail, reports_errors
 from ..fetch import ITEMS_REPO
 from ..settings import load_settings
 from ..upload import plan_upload, upload
-from ._cli import fail
 
 
+@reports_errors
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="pool-upload", description=__doc__)
     p.add_argument("tarball", type=Path, help="pool_returns_<host>_<date>.tar.gz (its .sha256 beside it)")

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from ..launch import MAX_MODEL_LEN
+from ..protocol import QWEN3_VL_2B, QWEN3_VL_8B
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _OPTION_LINE = re.compile(r"^([A-Z])\. (.*)$")
@@ -78,8 +79,8 @@ class Profile:
 PROFILES = {
     "qwen3-vl-8b": Profile(
         "qwen3-vl-8b",
-        "Qwen/Qwen3-VL-8B-Instruct",
-        "0c351dd01ed87e9c1b53cbc748cba10e6187ff3b",
+        QWEN3_VL_8B.model,
+        QWEN3_VL_8B.revision,
         MAX_MODEL_LEN["8b"],  # what pool-launch gives the real server: the demo refuses what a real run refuses
         60_000.0,
         0.02,
@@ -88,8 +89,8 @@ PROFILES = {
     ),
     "qwen3-vl-2b": Profile(
         "qwen3-vl-2b",
-        "Qwen/Qwen3-VL-2B-Instruct",
-        "89644892e4d85e24eaac8bacfd4f463576704203",
+        QWEN3_VL_2B.model,
+        QWEN3_VL_2B.revision,
         MAX_MODEL_LEN["2b"],
         25_000.0,
         0.05,

@@ -28,12 +28,13 @@ def expected(root: Path) -> dict[int, dict[str, tuple[bool, float]]]:
                 n = sum(1 for p in (frames / it["video_id"]).iterdir() if p.suffix in (".jpg", ".png"))
                 n_img = len(P.frame_indices(step, n))
             fws = []
-            for order in P.orders(step, it["item_id"], it["n_options"]):
+            orders = P.orders(step, it["item_id"], it["n_options"])
+            for order in orders:
                 text = P.prompt_text(it["question"], [it["options"][i] for i in order])
                 fws.append(
                     P.judge_forward(answer(PROFILES[prof], text, n_img, 20), it["n_options"], order.index(it["gold"]))
                 )
-            removed = P.removed(step, fws)
-            out[step][it["item_id"]] = (removed, sum(f.margin for f in fws) / len(fws))
-            alive = not removed
+            v = P.judge_item(step, orders, fws)
+            out[step][it["item_id"]] = (v.removed, v.margin)
+            alive = not v.removed
     return out

@@ -1,16 +1,22 @@
-"""Shared command-line plumbing: the settings flags every command takes."""
+"""Shared command-line plumbing for the commands and the worker: the settings flags, the settings and
+protocol in force, and one place where a `PoolError` becomes one line on stderr and exit 2."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, ParamSpec
 
 from pydantic import ValidationError
 
-from ..protocol import Protocol, ProtocolError
-from ..settings import Settings, load_settings
+from .errors import PoolError
+from .protocol import Protocol
+from .settings import Settings, load_settings
+
+P = ParamSpec("P")
 
 
 def parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -40,8 +46,18 @@ def fail(msg: str, code: int = 2) -> NoReturn:
 
 
 def load_protocol(s: Settings) -> Protocol:
-    """The protocol in force (built-in v1 or --protocol-file); a broken file is one line and exit 2."""
-    try:
-        return Protocol.load(s.protocol_file)
-    except ProtocolError as e:
-        fail(str(e))
+    """The protocol in force (built-in v1 or --protocol-file); a broken file raises ProtocolError."""
+    return Protocol.load(s.protocol_file)
+
+
+def reports_errors(main: Callable[P, None]) -> Callable[P, None]:
+    """A command's entry point: a PoolError becomes one line on stderr and exit 2, never a traceback."""
+
+    @functools.wraps(main)
+    def run(*args: P.args, **kwargs: P.kwargs) -> None:
+        try:
+            main(*args, **kwargs)
+        except PoolError as e:
+            fail(str(e))
+
+    return run
