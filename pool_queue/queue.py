@@ -193,11 +193,12 @@ class Screen:
 
 def cuts(n: int, size: int, videos: Sequence[str] | None = None) -> list[tuple[int, int]]:
     """[start, end) of chunks of about `size`; with `videos`, each cut moves past the end of its video, so a
-    video's items are sent together and vLLM's prefix cache reuses their frames."""
+    video's items are sent together and vLLM's prefix cache reuses their frames. A video with very many
+    items is still cut, at twice `size`: a job stays a job's size."""
     out, start = [], 0
     while start < n:
-        end = min(n, start + size)
-        while videos is not None and end < n and videos[end] == videos[end - 1]:
+        end, most = min(n, start + size), min(n, start + 2 * size)
+        while videos is not None and end < most and videos[end] == videos[end - 1]:
             end += 1
         out.append((start, end))
         start = end

@@ -49,6 +49,7 @@ def test_cuts_never_split_a_video():
     videos = ["a", "a", "a", "b", "b", "c", "d", "d", "d", "d"]
     assert cuts(10, 4, videos) == [(0, 5), (5, 10)]  # each cut moved to its video's end
     assert cuts(3, 1, ["a", "b", "c"]) == [(0, 1), (1, 2), (2, 3)]
+    assert cuts(20, 4, ["long"] * 19 + ["x"]) == [(0, 8), (8, 16), (16, 20)]  # a huge video: cut at 2 x size
     assert cuts(10, 4) == [(0, 4), (4, 8), (8, 10)]  # without videos: plain chunks
 
 
