@@ -75,7 +75,7 @@ def _demo(a: argparse.Namespace, con: Console) -> None:
         for url in sims:
             wait_health(url, 30)
         common = ["--root", str(a.root), "--results", str(results), "--redis-url", redis_url]
-        con.print(_commands(a.root, results, redis_url, live=True))
+        print(_commands(a.root, results, redis_url, live=True), flush=True)  # whole lines: they are copied
         settings = load_settings(root=a.root, results=results, redis_url=redis_url)
         enqueue.run_steps(settings, protocol, [min(protocol.steps)], plan_only=False, label=False)
         for i, url in enumerate(sims):
@@ -87,17 +87,18 @@ def _demo(a: argparse.Namespace, con: Console) -> None:
         _watch(procs, protocol, screen, store, item_set, a.root / "frames" / "pool_frames", log_dir)
     title = f"demo screen of {item_set.items.num_rows} items"
     t = Table("step", "done", "removed", "errors", "wall", "items/s", title=title)
-    for s in (1, 2, 3):
+    for s in sorted(protocol.steps):
         r = step_report(s, store, item_set)  # the report's numbers: rows over the step's own wall time
-        t.add_row(str(s), str(r.rows.num_rows), str(r.n_removed), str(r.n_errors), duration(r.wall_s),
-                  f"{r.rows.num_rows / r.wall_s:.1f}" if r.wall_s else "-")  # fmt: skip
+        wall = duration(r.wall_s) if r.wall_s >= 60 else f"{r.wall_s:.1f} s"
+        rate = f"{r.rows.num_rows / r.wall_s:.1f}" if r.wall_s else "-"
+        t.add_row(str(s), str(r.rows.num_rows), str(r.n_removed), str(r.n_errors), wall, rate)
     con.print(t)
     con.print(f"rows in {results}")
     checked = run_audit(results, protocol, item_set, a.root / "frames" / "pool_frames", show=False)
     con.print(summary(checked).splitlines()[-1])
     report = write_report(store, item_set, protocol, results.parent / f"report{results.name.removeprefix('pool')}")
     con.print(f"report with plots: {report}")
-    con.print(_commands(a.root, results, redis_url, live=False))
+    print(_commands(a.root, results, redis_url, live=False), flush=True)
 
 
 def _watch(
@@ -114,17 +115,17 @@ def _watch(
         TimeRemainingColumn(),
         console=console,
     ) as prog:
-        tasks = {s: prog.add_task(f"step {s}", total=None) for s in (1, 2, 3)}
+        tasks = {s: prog.add_task(f"step {s}", total=None) for s in sorted(protocol.steps)}
         idle = 0
         while idle < 3:
             time.sleep(1.0)
-            for s in (1, 2, 3):
+            for s in tasks:
                 total = eligible(protocol, s, items, store, frames).num_rows
                 prog.update(tasks[s], total=total, completed=store.winners(s).num_rows)
             for name, proc in procs.children.items():
                 if proc.poll() is not None:
                     raise SystemExit(f"{name} exited with {proc.returncode}: see {log_dir / (name + '.log')}")
-            idle = idle + 1 if not screen.busy((1, 2, 3)) else 0
+            idle = idle + 1 if not screen.busy(tasks) else 0
 
 
 def _commands(root: Path, results: Path, redis_url: str, live: bool) -> str:
