@@ -10,20 +10,25 @@ import orjson
 from pool_queue.frames import FrameEncoder, list_frames, video_folder
 from pool_queue.items import load_items
 from pool_queue.protocol import Protocol
-from pool_queue.synth import SynthConfig, generate
+from pool_queue.synth import FRAME_FORMATS, SynthConfig, generate
 
 P = Protocol()
 
 
-def pool_items(root: Path, step: int, n: int, videos: int | None = None, per_video: int = 0) -> list[dict[str, Any]]:
+def pool_items(
+    root: Path, step: int, n: int, videos: int | None = None, per_video: int = 0, real_frames: bool = False
+) -> list[dict[str, Any]]:
     """n valid items of `root` in video order, generating a pool there first when it has none. `per_video`:
-    exactly that many items per video (1: every item its own video, nothing for vLLM's cache to reuse)."""
+    exactly that many items per video (1: every item its own video, nothing for vLLM's cache to reuse).
+    `real_frames`: every frame a 448-px JPEG, as in the real pool (the workers send them untouched);
+    otherwise half are larger JPEGs or PNGs the workers must resize and re-encode."""
     if not (root / "items").exists():
         # the real pool has ~2.7 items per video
         frames = (32, 34) if step == 3 else (8, 9)  # step 3 takes 32, step 2 the middle one
         n_videos = -(-n // per_video) if per_video else videos or max(50, int(n / 2.7))
         generate(root, SynthConfig(n_items=n, n_videos=n_videos, seed=7, k_fraction=0.0, missing_fraction=0.0,
-                                   frames=frames, items_per_video=per_video))  # fmt: skip
+                                   frames=frames, items_per_video=per_video,
+                                   frame_formats=(("jpeg448", 1.0),) if real_frames else FRAME_FORMATS))  # fmt: skip
     table = load_items(root / "items").items.sort_by([("video_id", "ascending"), ("item_id", "ascending")])
     items: list[dict[str, Any]] = table.to_pylist()
     if len(items) < n:

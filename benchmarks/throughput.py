@@ -169,6 +169,7 @@ def main() -> None:
     ap.add_argument("--skip", type=int, default=0, help="leave the pool's first N items out (seen by this server)")
     ap.add_argument("--videos", type=int, help="videos in the generated pool (default: items / 2.7, as in the pool)")
     ap.add_argument("--per-video", type=int, default=0, help="exactly N items per video (1: distinct videos)")
+    ap.add_argument("--real-frames", action="store_true", help="every frame a 448-px JPEG, as in the real pool")
     ap.add_argument(
         "--video-send", choices=("adjacent", "serial"), default="serial", help="the workers' POOL_VIDEO_SEND"
     )
@@ -178,7 +179,8 @@ def main() -> None:
     a = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="pool-bench-"))
     root = a.root or base / "root"
-    items = pool_items(root, a.step, a.skip + a.items + a.ceiling_items, a.videos, a.per_video)[a.skip :]
+    n = a.skip + a.items + a.ceiling_items
+    items = pool_items(root, a.step, n, a.videos, a.per_video, a.real_frames)[a.skip :]
     ceiling_items, system_items = items[: a.ceiling_items], items[a.ceiling_items :][: a.items]
     with Procs(base / "logs") as procs:
         url = a.server

@@ -127,6 +127,7 @@ class SynthConfig:
     bad_items: bool = False  # add a file of invalid items (one per validation rule)
     corrupt_frames: int = 0  # frames overwritten with garbage or truncated
     items_per_video: int = 0  # 0: each item picks a video at random (the real pool has ~2.7 per video)
+    frame_formats: tuple[tuple[str, float], ...] = FRAME_FORMATS  # (format, weight); benchmarks may want real-like
 
 
 @dataclass(frozen=True)
@@ -173,11 +174,11 @@ def _frame_bytes(base: Image.Image, fmt: str, i: int) -> tuple[bytes, str]:
 
 def _write_frames(cfg: SynthConfig, rng: random.Random, frames_dir: Path, videos: list[str]) -> int:
     n_frames = 0
-    weights = [w for _, w in FRAME_FORMATS]
+    weights = [w for _, w in cfg.frame_formats]
     for v in videos:
         d = frames_dir / v
         d.mkdir(parents=True)
-        fmt = rng.choices([f for f, _ in FRAME_FORMATS], weights)[0]
+        fmt = rng.choices([f for f, _ in cfg.frame_formats], weights)[0]
         base = _video_base(rng, fmt, rng.random() < 0.1)
         n = rng.randint(*cfg.frames)
         padded = rng.random() < 0.5

@@ -9,12 +9,13 @@ from craft import P, items_of, row, write
 
 from pool_queue.cli import reports_errors
 from pool_queue.errors import InputError, ItemFailure, PoolError, SetupError
-from pool_queue.frames import frame_videos
+from pool_queue.frames import frame_videos, prepare_jpeg
 from pool_queue.items import ItemsError, load_items
 from pool_queue.plan import eligible, next_step_ids
 from pool_queue.presence import RateWindow
 from pool_queue.protocol import ProtocolError
 from pool_queue.store import Store, StoreError
+from pool_queue.synth import SynthConfig, generate
 from workers.client import ForwardError, RetriesExhausted, ServerMisconfigured, ServerUnreachable
 from workers.redis_link import RedisGone
 
@@ -107,3 +108,14 @@ def test_an_items_verdict_from_its_forwards():
     assert v.pred == "ABCD"[orders[0][0]] and v.margin == pytest.approx(sum(f.margin for f in fws) / 4)
     always_right = [P.judge_forward(top, 4, 0) for _ in orders]
     assert P.judge_item(1, orders, always_right).removed  # 4/4 with a margin above ln 2
+
+
+def test_real_like_synthetic_frames_pass_the_encoder_untouched(tmp_path):
+    """What `throughput.py --real-frames` measures: frames like the real pool's, which the workers send as
+    they are (no decode-and-re-encode CPU)."""
+    root = tmp_path / "pool"
+    cfg = SynthConfig(n_items=6, n_videos=3, frames=(2, 3), k_fraction=0.0, missing_fraction=0.0,
+                      frame_formats=(("jpeg448", 1.0),))  # fmt: skip
+    generate(root, cfg)
+    frames = [p for p in (root / "frames" / "pool_frames").rglob("*") if p.suffix in (".jpg", ".png")]
+    assert frames and all(p.suffix == ".jpg" and prepare_jpeg(p) == p.read_bytes() for p in frames)
