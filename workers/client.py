@@ -29,9 +29,8 @@ log = logging.getLogger(__name__)
 
 
 class ForwardError(ItemFailure):
-    """A forward that cannot succeed for this item (HTTP 400, no logprobs): an error row at once."""
-
-    kind: ErrorKind = "permanent"
+    """A forward that cannot succeed for this item (HTTP 400, no logprobs): an error row at once
+    (ItemFailure's kind, permanent)."""
 
 
 class RetriesExhausted(ItemFailure):

@@ -75,7 +75,8 @@ def _demo(a: argparse.Namespace, con: Console) -> None:
         for url in sims:
             wait_health(url, 30)
         common = ["--root", str(a.root), "--results", str(results), "--redis-url", redis_url]
-        print(_commands(a.root, results, redis_url, live=True), flush=True)  # whole lines: they are copied
+        env = _point_env_here(a.root, results, redis_url)
+        print(_commands(a.root, results, redis_url, env, live=True), flush=True)  # whole lines: they are copied
         settings = load_settings(root=a.root, results=results, redis_url=redis_url)
         enqueue.run_steps(settings, protocol, [min(protocol.steps)], plan_only=False, label=False)
         for i, url in enumerate(sims):
@@ -98,7 +99,7 @@ def _demo(a: argparse.Namespace, con: Console) -> None:
     con.print(summary(checked).splitlines()[-1])
     report = write_report(store, item_set, protocol, results.parent / f"report{results.name.removeprefix('pool')}")
     con.print(f"report with plots: {report}")
-    print(_commands(a.root, results, redis_url, live=False), flush=True)
+    print(_commands(a.root, results, redis_url, env, live=False), flush=True)
 
 
 def _watch(
@@ -128,8 +129,17 @@ def _watch(
             idle = idle + 1 if not screen.busy(tasks) else 0
 
 
-def _commands(root: Path, results: Path, redis_url: str, live: bool) -> str:
-    """The exact commands that work on this demo, and an env file so that the bare ones do too."""
+def _point_env_here(root: Path, results: Path, redis_url: str) -> Path | None:
+    """A `.env` here so that the bare commands find the demo; never over a file the demo did not write."""
+    env = Path(".env")
+    if env.exists() and not env.read_text(errors="replace").startswith(ENV_MARK):
+        return None
+    env.write_text(f"{ENV_MARK}POOL_ROOT={root.resolve()}\nPOOL_RESULTS={results.resolve()}\nREDIS_URL={redis_url}\n")
+    return env.resolve()
+
+
+def _commands(root: Path, results: Path, redis_url: str, env: Path | None, live: bool) -> str:
+    """The exact commands that work on this demo."""
     flags = f"--root {root} --results {results}"
     lines = [f"demo Redis: {redis_url}" + ("" if live else " (stopped with the demo)")]
     if live:
@@ -138,9 +148,6 @@ def _commands(root: Path, results: Path, redis_url: str, live: bool) -> str:
             f"  pool-status --watch {flags} --redis-url {redis_url}",
         ]
     lines += [f"  pool-status {flags}", f"  pool-report {flags}", f"  pool-export {flags} --out demo-export"]
-    env = Path(".env")
-    if not env.exists() or env.read_text(errors="replace").startswith(ENV_MARK):
-        body = f"POOL_ROOT={root.resolve()}\nPOOL_RESULTS={results.resolve()}\nREDIS_URL={redis_url}\n"
-        env.write_text(ENV_MARK + body)
-        lines.append(f"{env.resolve()} points bare commands here at the demo (`pool-status`, `pool-report`...)")
+    if env is not None:
+        lines.append(f"{env} points bare commands here at the demo (`pool-status`, `pool-report`...)")
     return "\n".join(lines)
