@@ -10,6 +10,9 @@
 #   bash benchmarks/h200_tuned.sh step3 OUTDIR      # ~5 min
 #   bash benchmarks/h200_tuned.sh steps12 OUTDIR    # ~5 min (stop the 2B servers first: four servers at once
 #                                                   # ran the 8B out of GPU memory on its first full batch)
+# Step 3 on real-like frames (every frame a 448-px JPEG, which the workers send untouched), one new 2B server:
+#   bash benchmarks/h200_tuned.sh real-start        # install, our wheels, the server, the pools, wait
+#   bash benchmarks/h200_tuned.sh real OUTDIR       # ~5 min
 set -euo pipefail
 H="bash benchmarks/h200.sh"
 export PYTHONPATH="/tmp/site:/tmp/ours:$PWD" PYTHONUNBUFFERED=1
@@ -17,15 +20,19 @@ GIB=1073741824
 OLD="--api-server-count 4 --renderer-num-workers 1 --mm-processor-cache-gb 4"
 NEW2=8002 OLD2=8003 NEW8=8001 OLD8=8004
 
-pool() {  # pool ROOT STEP N PER_VIDEO [VIDEOS]
+pool() {  # pool ROOT STEP N PER_VIDEO [VIDEOS [REAL_FRAMES]]
   python3 -c "import sys; sys.path.insert(0, 'benchmarks'); from pathlib import Path; from _pool import pool_items; \
-print(len(pool_items(Path('$1'), $2, $3, ${5:-None}, $4)), 'items in $1')"
+print(len(pool_items(Path('$1'), $2, $3, ${5:-None}, $4, ${6:-False})), 'items in $1')"
 }
 
-case "${1:?start|step3|steps12}" in
+prepare() {
+  [ -d /tmp/site/vllm ] || $H install
+  $H deps
+}
+
+case "${1:?start|step3|steps12|real-start|real}" in
   start)
-    [ -d /tmp/site/vllm ] || $H install
-    $H deps
+    prepare
     export GPU_UTIL=0.15 MAX_SEQS=256
     $H serve 2b $NEW2 --kv-cache-memory-bytes $((32 * GIB))
     $H serve 8b $NEW8 --kv-cache-memory-bytes $((24 * GIB))
@@ -70,5 +77,28 @@ case "${1:?start|step3|steps12}" in
       $H same 1 $NEW8 $OLD8 16 --root /root/s1 --skip 15050
       $H same 2 $NEW8 $OLD8 16 --root /root/s2 --skip 3680
     } 2>&1 | tee "$out/steps12.log" ;;
-  *) echo "start|step3|steps12" >&2; exit 2 ;;
+  real-start)
+    prepare
+    GPU_UTIL=0.15 MAX_SEQS=256 $H serve 2b $NEW2 --kv-cache-memory-bytes $((32 * GIB))
+    pool /root/r1 3 1560 1 None True &
+    pool /root/r3 3 1560 3 None True &
+    wait
+    $H wait $NEW2 "${WAIT:-480}"
+    head -n 1 "/root/vllm-$NEW2.log" ;;
+  real)
+    out=${2:?OUTDIR}; mkdir -p "$out"; j="$out/real.jsonl"
+    C="--procs 4 --conc 32 --workers 4 --real-frames"
+    # shellcheck disable=SC2086
+    {
+      $H bench 3 $NEW2 --root /root/r1 --ceiling-items 360 --items 600 $C --inflight 64 --label "real distinct" --out "$j"
+      $H bench 3 $NEW2 --root /root/r1 --skip 960 --ceiling-items 0 --items 600 $C --inflight 96 \
+        --label "real distinct 4x96" --out "$j"
+      $H bench 3 $NEW2 --root /root/r3 --ceiling-items 360 --items 600 $C --inflight 64 --video-send adjacent \
+        --label "real 3/video" --out "$j"
+      $H bench 3 $NEW2 --root /root/r3 --skip 960 --ceiling-items 0 --items 600 $C --inflight 64 --video-send serial \
+        --label "real 3/video serial" --out "$j"
+      python3 .gpu/base/step3_prefix.py --port $NEW2 --model "$(python3 -c 'from pool_queue.protocol import Protocol; print(Protocol().steps[3].served_name)')" \
+        --items 192 --k 3 --conc 64 --modes warmup,distinct,serial,adjacent
+    } 2>&1 | tee "$out/real.log" ;;
+  *) echo "start|step3|steps12|real-start|real" >&2; exit 2 ;;
 esac

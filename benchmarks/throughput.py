@@ -161,7 +161,7 @@ def main() -> None:
     ap.add_argument("--server", help="a running vLLM (or simulator) base URL")
     ap.add_argument("--sim", action="store_true", help="start a simulated server with the capacity model")
     ap.add_argument("--items", type=int, default=20000, help="items the system screens (0: the plain client only)")
-    ap.add_argument("--ceiling-items", type=int, default=3000, help="other items for the plain client")
+    ap.add_argument("--ceiling-items", type=int, default=3000, help="plain-client items (0: none)")
     ap.add_argument("--procs", type=int, default=8, help="plain-client processes")
     ap.add_argument("--conc", type=int, default=64, help="requests in flight per plain-client process")
     ap.add_argument("--workers", type=int, default=4, help="pool-worker processes")
@@ -191,21 +191,25 @@ def main() -> None:
         wait_health(url, 600)
         gpu = GpuSampler()
         gpu.start()
-        t_c, c0 = time.time(), server_cache(url)
-        ceil = ceiling(url, root, a.step, ceiling_items, a.procs, a.conc)
-        busy, c1 = gpu.busy(t_c, time.time()), server_cache(url)
-        ceil["gpu_busy"] = -1.0 if busy is None else busy
-        ceil["prefix_hit"] = (c1[1] - c0[1]) / (c1[0] - c0[0]) if c1[0] > c0[0] else -1.0
+        ceil = None
+        if ceiling_items:
+            t_c, c0 = time.time(), server_cache(url)
+            ceil = ceiling(url, root, a.step, ceiling_items, a.procs, a.conc)
+            busy, c1 = gpu.busy(t_c, time.time()), server_cache(url)
+            ceil["gpu_busy"] = -1.0 if busy is None else busy
+            ceil["prefix_hit"] = (c1[1] - c0[1]) / (c1[0] - c0[0]) if c1[0] > c0[0] else -1.0
         sys_ = system(url, root, a.step, system_items, a, procs, gpu) if system_items else None
         gpu.stop.set()
     print(f"step {a.step} against {url}: plain client {a.procs} x {a.conc}, system {a.workers} x {a.inflight}")
-    rows: list[list[object]] = [["plain client", ceil["forwards"], ceil["errors"], ceil["wall"], ceil["fwd_s"],
-                                 ceil["tok_s"], ceil["gpu_busy"], ceil["prefix_hit"], "-", 100.0]]  # fmt: skip
+    rows: list[list[object]] = []
+    if ceil is not None:
+        rows.append(["plain client", ceil["forwards"], ceil["errors"], ceil["wall"], ceil["fwd_s"], ceil["tok_s"],
+                     ceil["gpu_busy"], ceil["prefix_hit"], "-", 100.0])  # fmt: skip
     pct = None
     if sys_ is not None:
-        pct = 100 * sys_["fwd_s"] / ceil["fwd_s"]
+        pct = 100 * sys_["fwd_s"] / ceil["fwd_s"] if ceil is not None else None
         rows.append(["pool-queue", sys_["forwards"], sys_["errors"], sys_["wall"], sys_["fwd_s"], sys_["tok_s"],
-                     sys_["gpu_busy"], sys_["prefix_hit"], sys_["cpu_ms_per_fwd"], pct])  # fmt: skip
+                     sys_["gpu_busy"], sys_["prefix_hit"], sys_["cpu_ms_per_fwd"], pct or "-"])  # fmt: skip
     print(table(["run", "forwards", "errors", "wall s", "fwd/s", "prompt tok/s", "GPU busy %", "cache hits",
                  "CPU ms/fwd", "% of ceiling"], rows))  # fmt: skip
     if a.out:
