@@ -171,7 +171,7 @@ def main() -> None:
     ap.add_argument("--per-video", type=int, default=0, help="exactly N items per video (1: distinct videos)")
     ap.add_argument("--real-frames", action="store_true", help="every frame a 448-px JPEG, as in the real pool")
     ap.add_argument(
-        "--video-send", choices=("adjacent", "serial"), default="serial", help="the workers' POOL_VIDEO_SEND"
+        "--video-send", choices=("adjacent", "serial"), default="adjacent", help="the workers' POOL_VIDEO_SEND"
     )
     ap.add_argument("--root", type=Path, help="package root (a synthetic pool is generated if absent)")
     ap.add_argument("--out", type=Path, help="append a JSON line with the numbers and settings")

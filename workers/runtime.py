@@ -73,7 +73,7 @@ class Worker:
         metrics_port: int | None = None,
         max_frame_pixels: int = DEFAULT_MAX_PIXELS,
         fault_items: frozenset[str] = frozenset(),
-        video_send: VideoSend = "serial",
+        video_send: VideoSend = "adjacent",
     ) -> None:
         self.name = name
         self.server = server

@@ -55,7 +55,7 @@ class Screener:
         inflight: asyncio.Semaphore,
         max_frame_pixels: int = DEFAULT_MAX_PIXELS,
         fault_items: frozenset[str] = frozenset(),
-        video_send: VideoSend = "serial",
+        video_send: VideoSend = "adjacent",
     ) -> None:
         self.protocol = protocol
         self.client = client
