@@ -35,11 +35,12 @@ from pool_queue.procs import Procs, free_port, wait_health
 from pool_queue.protocol import Protocol
 from pool_queue.queue import Screen, screen_of
 from pool_queue.sim.reference import expected
-from pool_queue.store import STEPS, Store
+from pool_queue.store import Store
 from pool_queue.supervise import Supervisor
 from pool_queue.synth import SynthConfig, generate
 
 P = Protocol()
+STEPS = sorted(P.steps)
 BIN = Path(sys.executable).parent
 SIMS = {"sim8a": "qwen3-vl-8b", "sim8b": "qwen3-vl-8b", "sim2": "qwen3-vl-2b"}
 WORKERS = {"w8a": "sim8a", "w8b": "sim8b", "w2": "sim2"}

@@ -26,12 +26,13 @@ case "$cmd" in
     # shellcheck disable=SC1091
     source /root/vllm_env.sh
     export PYTHONPATH="/tmp/site:/tmp/ours:$PWD"
-    model=$(python3 -c "from pool_queue.protocol import Protocol; s = Protocol().steps[3 if '$size' == '2b' else 1]; print(s.model, s.revision)")
+    step=$([ "$size" = 2b ] && echo 3 || echo 1)   # the 2B serves step 3, the 8B steps 1-2
+    model=$(python3 -c "from pool_queue.protocol import Protocol; s = Protocol().steps[$step]; print(s.model, s.revision)")
     read -r name rev <<< "$model"
     snap="/root/hub/models--${name//\//--}/snapshots/$rev"   # hub layout: /v1/models shows the pinned revision
     mkdir -p "$snap" && cp -r "/root/models/qwen3-vl-$size/." "$snap/"
     VLLM_CACHE_ROOT="/root/vllm-cache-$port" VLLM="python3 -m vllm.entrypoints.cli.main" setsid nohup \
-      python3 benchmarks/serve.py "$size" --port "$port" --model-path "$snap" -- --load-format dummy "$@" \
+      python3 benchmarks/serve.py "$step" --port "$port" --model-path "$snap" -- --load-format dummy "$@" \
       > "/root/vllm-$port.log" 2>&1 < /dev/null &
     echo $! > "/root/vllm-$port.pid"
     echo "started $size on :$port (pid $!)" ;;

@@ -2,7 +2,7 @@
 
 Extra arguments go after the launcher's, e.g. `--load-format dummy` for random weights when the
 real ones are not there. Usage:
-  python benchmarks/serve.py 8b --port 8001 --model-path /hub/.../snapshots/<rev> [--dry-run] -- --load-format dummy
+  python benchmarks/serve.py 1 --port 8001 --model-path /hub/.../snapshots/<rev> [--dry-run] -- --load-format dummy
 """
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ from pool_queue.launch import Server, Tuning, cores_per_server, server_argv, ser
 from pool_queue.protocol import Protocol
 from pool_queue.settings import load_settings
 
+P = Protocol()
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("model", choices=("8b", "2b"))
+    ap.add_argument("step", type=int, choices=sorted(P.steps), help="serve this step's model (and its other steps)")
     ap.add_argument("--port", type=int, default=8001)
     ap.add_argument("--model-path", required=True, help="snapshot folder of the pinned revision")
     ap.add_argument("--dry-run", action="store_true", help="print the command line only")
@@ -30,10 +32,10 @@ def main() -> None:
     a = ap.parse_args(argv_in[:cut])
     extra = argv_in[cut + 1 :]  # after --: more vLLM arguments
     s = load_settings()  # MAX_SEQS, GPU_UTIL, VLLM from the environment, as for pool-launch
-    srv = Server(0, os.environ.get("CUDA_VISIBLE_DEVICES", "0"), a.model, a.port)
+    srv = Server(0, os.environ.get("CUDA_VISIBLE_DEVICES", "0"), P.model_group(a.step), a.port)
     tuning = Tuning.for_cores(cores_per_server(a.servers), s.api_servers, s.renderer_workers)
     known = vllm_flags(s.vllm) if a.probe else None
-    argv = server_argv(s, Protocol(), srv, a.model_path, False, tuning, known) + extra
+    argv = server_argv(s, P, srv, a.model_path, False, tuning, known) + extra
     env = server_env(srv, False, tuning)
     print(" ".join(f"{k}={v}" for k, v in env.items() if k == "OMP_NUM_THREADS"), shlex.join(argv), flush=True)
     if not a.dry_run:

@@ -24,7 +24,7 @@ from .plan import eligible
 from .progress import byte_progress
 from .protocol import Protocol
 from .rows import Row
-from .store import STAMP, STEPS, Store
+from .store import STAMP, Store
 
 EXAMPLES = 5
 
@@ -55,7 +55,7 @@ def run_audit(
     root: Path, protocol: Protocol, items: ItemSet, frames_dir: Path, complete: bool = False, show: bool = True
 ) -> Audit:
     a = Audit()
-    segs = [(step, seg) for step in STEPS for seg in Store(root, protocol.fingerprint).segments(step)]
+    segs = [(step, seg) for step in sorted(protocol.steps) for seg in Store(root, protocol.fingerprint).segments(step)]
     a.segments = len(segs)
     with byte_progress("audit: rows", sum(p.stat().st_size for _, p in segs), show) as advance:
         for step, seg in segs:
@@ -65,7 +65,7 @@ def run_audit(
         return a  # the store refuses mixed protocols: the checks below need one
     store = Store(root, protocol.fingerprint)
     known = items.items.column("item_id")
-    for step in STEPS:
+    for step in sorted(protocol.steps):
         idx = store.index(step)
         _check_duplicates(a, step, idx)
         unknown = pc.filter(idx.column("item_id"), pc.invert(pc.is_in(idx.column("item_id"), value_set=known)))
@@ -76,11 +76,12 @@ def run_audit(
                 unknown.to_pylist(),
             )
         elig = eligible(protocol, step, items.items, store, frames_dir).column("item_id")
-        if step > 1:
+        if (prev := protocol.prev_step(step)) is not None:
             stray = pc.filter(idx.column("item_id"), pc.invert(pc.is_in(idx.column("item_id"), value_set=elig)))
             stray = pc.filter(stray, pc.is_in(stray, value_set=known))
             if len(stray):
-                why = "step-1 survivors with frames" if step == 2 else "step-2 survivors"
+                frames = " with frames" if protocol.steps[step].frames != "none" else ""
+                why = f"step-{prev} survivors{frames}"
                 a.problem("chain", f"step {step}: {len(stray)} rows for items that are not {why}", stray.to_pylist())
         settled = pc.sum(pc.is_in(elig, value_set=store.settled(step))).as_py() or 0
         left = len(elig) - settled
@@ -96,7 +97,7 @@ def run_audit(
 def _scan(a: Audit, step: int, seg: Path, protocol: Protocol, advance: Callable[[int], None]) -> None:
     """Parse and validate every line of one segment, unlike the index, which skips what it cannot read."""
     data = seg.read_bytes()
-    n_orders = protocol.steps[1].n_orders
+    n_orders = protocol.steps[step].n_orders
     bad_orders: list[str] = []
     pos = shown = 0
     while pos < len(data):
@@ -118,7 +119,7 @@ def _scan(a: Audit, step: int, seg: Path, protocol: Protocol, advance: Callable[
             a.fingerprints[row.fingerprint] += 1
             if row.step != step:
                 a.problem("wrong step", f"{seg}: offset {pos}: a step-{row.step} row in step{step}/", [row.item_id])
-            if step == 1 and row.status == "ok" and not _orders_ok(row, protocol, n_orders):
+            if row.status == "ok" and not _orders_ok(row, protocol, step):
                 bad_orders.append(row.item_id)
         pos = end + 1
         if pos - shown > 1 << 22:
@@ -127,15 +128,18 @@ def _scan(a: Audit, step: int, seg: Path, protocol: Protocol, advance: Callable[
     advance(len(data) - shown)
     if bad_orders:
         a.problem(
-            "step-1 orders", f"{seg}: {len(bad_orders)} ok rows without the protocol's {n_orders} orders", bad_orders
+            f"step-{step} orders",
+            f"{seg}: {len(bad_orders)} ok rows without the protocol's {n_orders} orders",
+            bad_orders,
         )
 
 
-def _orders_ok(row: Row, protocol: Protocol, n_orders: int) -> bool:
+def _orders_ok(row: Row, protocol: Protocol, step: int) -> bool:
+    n_orders = protocol.steps[step].n_orders
     if row.n_perm != n_orders or len(row.forwards) != n_orders:
         return False
     n = len(row.forwards[0].order)
-    return [f.order for f in row.forwards] == protocol.orders(1, row.item_id, n)
+    return [f.order for f in row.forwards] == protocol.orders(step, row.item_id, n)
 
 
 def _check_fingerprints(a: Audit, root: Path, protocol: Protocol) -> None:

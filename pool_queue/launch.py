@@ -22,24 +22,17 @@ from .errors import SetupError
 from .protocol import Protocol
 from .settings import Settings
 
-MAX_MODEL_LEN = {"8b": 8192, "2b": 8192}  # step 3: 32 x 196 tokens for square 448-px frames, + text
+MAX_MODEL_LEN = 8192  # step 3: 32 x 196 tokens for square 448-px frames, + text
 MAX_PIXELS = 448 * 448  # the processor never upsizes a protocol frame past 448 x 448
-BATCHED_TOKENS = {"8b": 16384, "2b": 32768}  # step 3 prefill of 32 images: 6.0 -> 6.9 req/s (measured)
+# Prefill budget per engine step: a model whose requests carry many images gets twice the tokens
+# (step 3's 32 images: 6.0 -> 6.9 req/s, measured).
+BATCHED_TOKENS, BATCHED_TOKENS_MANY_IMAGES = 16384, 32768
 # Flags that change only throughput, and the first vLLM release that knows each (from its source).
 OPTIONAL_FLAGS = {
     "--api-server-count": "0.10.0",
     "--mm-processor-cache-gb": "0.10.1",
     "--renderer-num-workers": "0.19.0",
 }
-SIM_PROFILE = {"8b": "qwen3-vl-8b", "2b": "qwen3-vl-2b"}
-
-
-def model_of(step: int) -> str:
-    return "2b" if step == 3 else "8b"
-
-
-def steps_of(model: str) -> list[int]:
-    return [3] if model == "2b" else [1, 2]
 
 
 @dataclass(frozen=True)
@@ -92,7 +85,7 @@ def vllm_flags(vllm: str) -> frozenset[str] | None:
 class Server:
     gpu: int  # index among this node's GPUs (ports and log names)
     device: str  # what CUDA_VISIBLE_DEVICES names it (Slurm may hand out e.g. "2,5")
-    model: str  # "8b" | "2b"
+    steps: tuple[int, ...]  # the protocol's steps its model answers (`Protocol.model_groups`)
     port: int
 
     @property
@@ -104,33 +97,39 @@ class Server:
         return f"gpu{self.gpu}"
 
 
-def plan_servers(s: Settings, step: int | None, split: str | None, devices: list[str]) -> list[Server]:
-    """GPU i serves the step's model on PORT0+i; `split` "3+1" puts the 8B on 3 GPUs and the 2B on 1."""
+def plan_servers(
+    s: Settings, protocol: Protocol, step: int | None, split: str | None, devices: list[str]
+) -> list[Server]:
+    """GPU i serves the step's model on PORT0+i; `split` "3+1" puts the protocol's first model (steps 1-2)
+    on 3 GPUs and its second (step 3) on 1."""
+    groups = protocol.model_groups()
     if split:
         try:
-            n8, n2 = (int(x) for x in split.split("+"))
-        except ValueError as e:
-            raise SetupError(f"--split {split!r}: expected <8B GPUs>+<2B GPUs>, e.g. 3+1") from e
-        if n8 < 0 or n2 < 0 or n8 + n2 == 0 or n8 + n2 > len(devices):
-            raise SetupError(f"--split {split}: {n8 + n2} GPUs asked, {len(devices)} available")
-        models = ["8b"] * n8 + ["2b"] * n2
+            counts = [int(x) for x in split.split("+")]
+        except ValueError:
+            counts = []
+        if len(counts) != len(groups):
+            want = "+".join(f"<GPUs for steps {','.join(map(str, g))}>" for g in groups)
+            raise SetupError(f"--split {split!r}: expected {want}, e.g. 3+1")
+        if min(counts) < 0 or sum(counts) == 0 or sum(counts) > len(devices):
+            raise SetupError(f"--split {split}: {sum(counts)} GPUs asked, {len(devices)} available")
+        plan = [g for g, n in zip(groups, counts, strict=True) for _ in range(n)]
     else:
         if step is None:
             raise SetupError("give --step N or --split A+B")
-        models = [model_of(step)] * len(devices)
-    return [Server(i, d, m, s.port0 + i) for i, (d, m) in enumerate(zip(devices, models, strict=False))]
+        plan = [protocol.model_group(step)] * len(devices)
+    return [Server(i, d, g, s.port0 + i) for i, (d, g) in enumerate(zip(devices, plan, strict=False))]
 
 
-def images_per_prompt(protocol: Protocol, model: str) -> int:
-    """The most frames one request of the model's steps carries, from the protocol (a protocol file that
+def images_per_prompt(protocol: Protocol, steps: tuple[int, ...]) -> int:
+    """The most frames one request of these steps carries, from the protocol (a protocol file that
     sends more frames raises the server's limit with it)."""
-    specs = [protocol.steps[s] for s in steps_of(model)]
-    return max(0 if p.frames == "none" else 1 if p.frames == "middle" else p.n_frames for p in specs)
+    return max(len(protocol.frame_indices(s, protocol.steps[s].n_frames or 1)) for s in steps)
 
 
-def snapshot(protocol: Protocol, model: str, sim: bool) -> str:
+def snapshot(protocol: Protocol, steps: tuple[int, ...], sim: bool) -> str:
     """The local snapshot folder of the pinned revision (so /v1/models shows the revision)."""
-    spec = protocol.steps[steps_of(model)[0]]
+    spec = protocol.steps[steps[0]]
     if sim:
         return spec.model
     from huggingface_hub import snapshot_download
@@ -148,24 +147,24 @@ def server_argv(
     known: frozenset[str] | None = None,
 ) -> list[str]:
     """`known`: the optional flags the installed vLLM accepts (`vllm_flags`); None passes them all."""
-    spec = protocol.steps[steps_of(srv.model)[0]]
+    spec, images = protocol.steps[srv.steps[0]], images_per_prompt(protocol, srv.steps)
     fixed = [
         "--served-model-name", spec.served_name,
         "--port", str(srv.port),
         "--max-logprobs", str(protocol.top_logprobs),
-        "--limit-mm-per-prompt", json.dumps({"image": images_per_prompt(protocol, srv.model), "video": 0}),
-        "--max-model-len", str(MAX_MODEL_LEN[srv.model]),
+        "--limit-mm-per-prompt", json.dumps({"image": images, "video": 0}),
+        "--max-model-len", str(MAX_MODEL_LEN),
         "--max-num-seqs", str(s.max_seqs),
     ]  # fmt: skip
     if sim:
-        return [sys.executable, "-m", "pool_queue.sim", "--profile", SIM_PROFILE[srv.model], *fixed]
+        return [sys.executable, "-m", "pool_queue.sim", "--model", spec.model, *fixed]
     return [
         *shlex.split(s.vllm), "serve", model_path, *fixed,
         "--host", "0.0.0.0",
         "--gpu-memory-utilization", str(s.gpu_util),
         "--mm-processor-kwargs", json.dumps({"max_pixels": MAX_PIXELS}),
         "--dtype", "bfloat16",
-        "--max-num-batched-tokens", str(BATCHED_TOKENS[srv.model]),
+        "--max-num-batched-tokens", str(BATCHED_TOKENS_MANY_IMAGES if images > 1 else BATCHED_TOKENS),
         *optional_args(tuning, known),
     ]  # fmt: skip
 

@@ -14,19 +14,17 @@ from datetime import date
 from pathlib import Path
 
 from .progress import byte_progress
+from .segment_index import INDEX_DIR
 from .shards import sha256_file
-from .store import INDEX_DIR
-
-STEP_DIRS = ("step1", "step2", "step3")
 
 
 def pack_name(host: str | None = None, day: date | None = None) -> str:
     return f"pool_returns_{host or socket.gethostname()}_{(day or date.today()):%Y%m%d}"
 
 
-def _members(results: Path, logs: Path) -> list[tuple[Path, str]]:
+def _members(results: Path, logs: Path, steps: list[int]) -> list[tuple[Path, str]]:
     out = []
-    for step in STEP_DIRS:
+    for step in (f"step{n}" for n in steps):
         for p in sorted((results / step).rglob("*")) if (results / step).is_dir() else []:
             rel = p.relative_to(results / step)
             if p.is_file() and INDEX_DIR not in rel.parts:
@@ -37,9 +35,9 @@ def _members(results: Path, logs: Path) -> list[tuple[Path, str]]:
     return out
 
 
-def pack(results: Path, logs: Path, out_dir: Path, name: str, show: bool = True) -> tuple[Path, Path]:
-    """Write `<name>.tar.gz` and `<name>.sha256` into out_dir; returns both paths."""
-    members = _members(results, logs)
+def pack(results: Path, logs: Path, steps: list[int], out_dir: Path, name: str, show: bool = True) -> tuple[Path, Path]:
+    """Write `<name>.tar.gz` and `<name>.sha256` into out_dir (the rows of `steps`); returns both paths."""
+    members = _members(results, logs, steps)
     if not any(arc.startswith("results/") for _, arc in members):
         raise FileNotFoundError(f"no step rows under {results}: nothing to pack")
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -103,6 +103,18 @@ class Protocol(BaseModel):
         earlier = [s for s in sorted(self.steps) if s < step]
         return earlier[-1] if earlier else None
 
+    def model_groups(self) -> list[tuple[int, ...]]:
+        """The steps each served model answers, one tuple per model in step order: one server type each."""
+        groups: dict[tuple[str, str, str], list[int]] = {}
+        for step in sorted(self.steps):
+            spec = self.steps[step]
+            groups.setdefault((spec.model, spec.revision, spec.served_name), []).append(step)
+        return [tuple(g) for g in groups.values()]
+
+    def model_group(self, step: int) -> tuple[int, ...]:
+        """The steps served by the model that serves `step`."""
+        return next(g for g in self.model_groups() if step in g)
+
     @classmethod
     def load(cls, path: Path | None) -> Protocol:
         """The built-in v1, or a protocol file (JSON) replacing it."""

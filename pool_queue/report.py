@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from .items import ItemSet
 from .protocol import LETTERS, Protocol
-from .store import STEPS, Store
+from .store import Store
 
 EXTREME = 0.01  # a benchmark removing <= 1 % or >= 99 % of its items deserves a look
 MIN_FLAG_ITEMS = 20  # ... when it has at least this many items in the step
@@ -103,13 +103,12 @@ def flags(reps: dict[int, StepReport], protocol: Protocol) -> list[Flag]:
                     f"{rep.n_errors} error rows, e.g. {', '.join(rep.error_ids[:EXAMPLES])}; check the vLLM log",
                 )
             )
-    if 1 in reps:
-        ok = reps[1].ok
-        want = protocol.steps[1].n_orders
-        bad = ok.filter(pc.not_equal(pc.fill_null(ok.column("n_perm"), 0), want))
+    for step, rep in reps.items():
+        want = protocol.steps[step].n_orders
+        bad = rep.ok.filter(pc.not_equal(pc.fill_null(rep.ok.column("n_perm"), 0), want))
         if bad.num_rows:
             ids = ", ".join(bad.column("item_id").to_pylist()[:EXAMPLES])
-            out.append(Flag(f"step 1: {bad.num_rows} ok rows without {want} orders", f"e.g. {ids}"))
+            out.append(Flag(f"step {step}: {bad.num_rows} ok rows without {want} orders", f"e.g. {ids}"))
     return out
 
 
@@ -168,5 +167,5 @@ def letters(rep: StepReport) -> dict[str, int]:
     return {k: got[k] for k in LETTERS if k in got}
 
 
-def all_steps(store: Store, items: ItemSet) -> dict[int, StepReport]:
-    return {s: step_report(s, store, items) for s in STEPS}
+def all_steps(store: Store, items: ItemSet, protocol: Protocol) -> dict[int, StepReport]:
+    return {s: step_report(s, store, items) for s in sorted(protocol.steps)}

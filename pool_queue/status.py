@@ -24,7 +24,7 @@ from .items import ItemSet
 from .plan import eligible
 from .protocol import Protocol
 from .queue import Screen, other_screens, screen_of
-from .store import STEPS, Store
+from .store import Store
 
 WINDOWS_S = (60, 300)
 
@@ -89,7 +89,7 @@ class StatusReader:
         screen = screen_of(self.store, self.conn)
         try:
             if screen is not None:
-                for step, q in screen.snapshot(STEPS).items():
+                for step, q in screen.snapshot(sorted(self.protocol.steps)).items():
                     waiting = [*q.waiting, *q.moving]
                     queues[step] = (
                         len(waiting),
@@ -111,7 +111,7 @@ class StatusReader:
         cache = prefix_cache.read(self.store.root)
         steps = [
             self._step(step, now, queues.get(step, (0, 0, 0, 0, 0) if screen is None else None), cache.get(step))
-            for step in STEPS
+            for step in sorted(self.protocol.steps)
         ]
         return RunStatus(
             at=now,

@@ -2,8 +2,8 @@
 
 Layout under the results root: `step{N}/seg-<writer>.jsonl`, one segment per writer process, so
 no two processes append to one file; a batch of rows is written, flushed and fsynced before its
-job is acknowledged. Readers keep a column index per segment (`step{N}/.index2/`, Parquet) that
-covers the bytes already parsed, so a re-read parses only what was appended since. Duplicates
+job is acknowledged. Readers keep a column index per segment (`segment_index`), so a re-read parses only what was
+appended since. Duplicates
 (a job re-run after a crash) are resolved at read time: per (step, item_id) an ok row beats an
 error row, and among equals the earliest wins.
 """
@@ -11,8 +11,6 @@ error row, and among equals the earliest wins.
 from __future__ import annotations
 
 import contextlib
-import io
-import logging
 import os
 import socket
 import time
@@ -24,37 +22,12 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.json as pajson
-import pyarrow.parquet as pq
 
 from .errors import InputError
 from .rows import FINAL_ERRORS
-
-log = logging.getLogger(__name__)
+from .segment_index import INDEX_SCHEMA, SegmentIndex
 
 STAMP = "PROTOCOL.json"
-STEPS = (1, 2, 3)
-INDEX_FIELDS = pa.schema(
-    [
-        ("item_id", pa.string()),
-        ("benchmark", pa.string()),
-        ("status", pa.string()),
-        ("error_kind", pa.string()),
-        ("removed", pa.bool_()),
-        ("started_at", pa.float64()),
-        ("finished_at", pa.float64()),
-        ("fingerprint", pa.string()),
-        ("pred", pa.string()),
-        ("margin", pa.float64()),
-        ("n_hits", pa.int64()),
-        ("n_perm", pa.int64()),
-        ("attempts", pa.int64()),
-        ("server", pa.string()),
-    ]
-)
-INDEX_SCHEMA = pa.schema([*INDEX_FIELDS, ("segment", pa.string()), ("offset", pa.int64()), ("length", pa.int64())])
-MAX_PARTS = 16
-INDEX_DIR = ".index2"  # named for its schema: an index of another schema is rebuilt, never misread
 MAX_ITEM_RUNS = 3  # a later run re-attempts transient error rows until an item has this many
 
 
@@ -67,8 +40,7 @@ class Store:
         self.root = root
         self.fingerprint = fingerprint
         self._protocol = protocol
-        self._warned: set[str] = set()
-        self._seen: dict[Path, tuple[int, pa.Table, int]] = {}  # segment -> (bytes covered, index, parts)
+        self._index = SegmentIndex()
 
     # ---- protocol stamp -------------------------------------------------------------------------
 
@@ -117,19 +89,22 @@ class Store:
 
     # ---- writing --------------------------------------------------------------------------------
 
+    def step_dir(self, step: int) -> Path:
+        return self.root / f"step{step}"
+
     def writer(self, step: int, name: str) -> SegmentWriter:
         self.claim()
-        return SegmentWriter(self.root / f"step{step}", name)
+        return SegmentWriter(self.step_dir(step), name)
 
     # ---- reading --------------------------------------------------------------------------------
 
     def segments(self, step: int) -> list[Path]:
-        d = self.root / f"step{step}"
+        d = self.step_dir(step)
         return sorted(d.glob("*.jsonl")) if d.is_dir() else []
 
     def index(self, step: int) -> pa.Table:
         """Every row of a step (duplicates included), as INDEX_SCHEMA columns."""
-        parts = [self._segment_index(seg) for seg in self.segments(step)]
+        parts = [self._index.read(seg) for seg in self.segments(step)]
         table = pa.concat_tables(parts) if parts else INDEX_SCHEMA.empty_table()
         bad = pc.not_equal(table.column("fingerprint"), self.fingerprint)
         if table.num_rows and pc.any(bad).as_py():
@@ -191,127 +166,11 @@ class Store:
         ):
             by_seg.setdefault(seg, []).append((off, n))
         for seg, spans in by_seg.items():
-            with (self.root / f"step{step}" / seg).open("rb") as f:
+            with (self.step_dir(step) / seg).open("rb") as f:
                 for off, n in spans:
                     f.seek(off)
                     out.append(orjson.loads(f.read(n)))
         return out
-
-    # ---- the incremental index ------------------------------------------------------------------
-
-    def _segment_index(self, seg: Path) -> pa.Table:
-        """Kept in memory too, so a live view re-reading every few seconds parses only new bytes."""
-        size = seg.stat().st_size
-        idx_dir = seg.parent / INDEX_DIR / seg.stem
-        if seg in self._seen:
-            covered, table, n_parts = self._seen[seg]
-            if size == covered:
-                return table
-            tables = [table]
-        else:
-            tables, covered = self._load_parts(idx_dir)
-            n_parts = len(tables)
-        if size > covered:
-            with seg.open("rb") as f:
-                f.seek(covered)
-                data = f.read(size - covered)
-            end = data.rfind(b"\n") + 1
-            if end < len(data):
-                self._warn_torn(seg, covered + end, len(data) - end)
-            if end:
-                new = self._parse(seg.name, data[:end], covered)
-                tables.append(new)
-                self._save_part(idx_dir, covered, covered + end, new)
-                covered += end
-                n_parts += 1
-        table = pa.concat_tables(tables) if tables else INDEX_SCHEMA.empty_table()
-        if n_parts > MAX_PARTS:
-            self._compact(idx_dir, table, covered)
-            n_parts = 1
-        self._seen[seg] = (covered, table, n_parts)
-        return table
-
-    @staticmethod
-    def _load_parts(idx_dir: Path) -> tuple[list[pa.Table], int]:
-        """The chain of index parts from byte 0; a part that does not continue the chain is ignored."""
-        spans = []
-        for p in idx_dir.glob("*.parquet") if idx_dir.is_dir() else []:
-            lo, _, hi = p.stem.partition("-")
-            spans.append((int(lo), -int(hi), p))
-        tables: list[pa.Table] = []
-        covered = 0
-        for start, neg_b, p in sorted(spans):
-            if start == covered:
-                try:
-                    tables.append(pq.read_table(p, schema=INDEX_SCHEMA))
-                except (OSError, pa.ArrowInvalid):
-                    break
-                covered = -neg_b
-        return tables, covered
-
-    def _warn_torn(self, seg: Path, at: int, n: int) -> None:
-        key = f"{seg}:{at}"
-        if key not in self._warned and time.time() - seg.stat().st_mtime > 30:
-            self._warned.add(key)
-            log.warning("%s: skipping an incomplete last line (%d bytes at offset %d), left by a crash", seg, n, at)
-
-    def _parse(self, seg_name: str, data: bytes, base: int) -> pa.Table:
-        nl = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
-        starts = np.concatenate(([0], nl[:-1] + 1))
-        lengths = nl - starts
-        opts = pajson.ParseOptions(explicit_schema=INDEX_FIELDS, unexpected_field_behavior="ignore")
-        try:
-            t = pajson.read_json(
-                io.BytesIO(data),
-                parse_options=opts,
-                read_options=pajson.ReadOptions(block_size=max(1 << 20, int(lengths.max()) + 2)),
-            )
-            keep = np.ones(len(starts), dtype=bool)
-        except pa.ArrowInvalid:
-            t, keep = self._parse_lines(seg_name, data, starts, lengths)
-        n = t.num_rows
-        return pa.table(
-            {
-                **{f.name: t.column(f.name) for f in INDEX_FIELDS},
-                "segment": pa.array([seg_name] * n, pa.string()),
-                "offset": pa.array(starts[keep] + base, pa.int64()),
-                "length": pa.array(lengths[keep], pa.int64()),
-            },
-            schema=INDEX_SCHEMA,
-        )
-
-    def _parse_lines(
-        self, seg_name: str, data: bytes, starts: np.ndarray, lengths: np.ndarray
-    ) -> tuple[pa.Table, np.ndarray]:
-        """Slow path for a block with a damaged line: parse line by line and skip what is broken."""
-        rows, keep = [], np.zeros(len(starts), dtype=bool)
-        for i, (s, n) in enumerate(zip(starts.tolist(), lengths.tolist(), strict=True)):
-            try:
-                r = orjson.loads(data[s : s + n])
-                rows.append({f.name: r.get(f.name) for f in INDEX_FIELDS})
-                keep[i] = True
-            except orjson.JSONDecodeError:
-                log.warning("%s: skipping an unparsable line at offset %d", seg_name, s)
-        return pa.Table.from_pylist(rows, schema=INDEX_FIELDS), keep
-
-    @staticmethod
-    def _save_part(idx_dir: Path, start: int, end: int, table: pa.Table) -> None:
-        """Best effort: a reader without write access simply parses again next time."""
-        try:
-            idx_dir.mkdir(parents=True, exist_ok=True)
-            tmp = idx_dir / f".{start}-{end}.tmp"
-            pq.write_table(table, tmp)
-            tmp.rename(idx_dir / f"{start}-{end}.parquet")
-        except OSError:
-            pass
-
-    def _compact(self, idx_dir: Path, table: pa.Table, covered_end: int) -> None:
-        old = list(idx_dir.glob("*.parquet"))
-        self._save_part(idx_dir, 0, covered_end, table)
-        for p in old:
-            if p.name != f"0-{covered_end}.parquet":
-                with contextlib.suppress(OSError):
-                    p.unlink()
 
 
 class SegmentWriter:

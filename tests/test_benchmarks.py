@@ -89,8 +89,8 @@ def test_profile_summary_counts_per_process_and_thread(tmp_path: Path) -> None:
 
 
 def test_serve_prints_the_launchers_argv_with_the_extra_arguments() -> None:
-    out = _run(str(BENCH / "serve.py"), "2b", "--port", "8123", "--model-path", "/m", "--dry-run", "--",
+    out = _run(str(BENCH / "serve.py"), "3", "--port", "8123", "--model-path", "/m", "--dry-run", "--",
                "--load-format", "dummy", "--mm-tensor-ipc", "torch_shm")  # fmt: skip
     tuning = Tuning.for_cores(cores_per_server(1))
-    want = server_argv(load_settings(), P, Server(0, "0", "2b", 8123), "/m", False, tuning)
+    want = server_argv(load_settings(), P, Server(0, "0", (3,), 8123), "/m", False, tuning)
     assert shlex.split(out) == ["OMP_NUM_THREADS=1", *want, "--load-format", "dummy", "--mm-tensor-ipc", "torch_shm"]

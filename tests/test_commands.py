@@ -158,7 +158,7 @@ def _export_reads_as_one_table(root: Path, out: Path) -> None:
     query += "group by all order by 1, 2"
     got = duckdb.sql(query.format(glob)).fetchall()
     protocol = Protocol()
-    reps = all_steps(Store(root / "results" / "pool", protocol.fingerprint), load_items(root / "items"))
+    reps = all_steps(Store(root / "results" / "pool", protocol.fingerprint), load_items(root / "items"), protocol)
     assert got == sorted((s, b, n, r) for s, rep in reps.items() for b, n, r, _ in by_benchmark(rep))
     (first,) = duckdb.sql(f"select forwards[1].top[1].token, forwards[1].logprobs, frame_indices from '{glob}' "
                           "where step = 3 limit 1").fetchall()  # fmt: skip

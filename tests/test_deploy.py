@@ -62,11 +62,10 @@ def test_compose_vllm_services_use_the_launchers_arguments(compose):
     gpus = set()
     for name, svc in vllm.items():
         assert svc["image"].startswith("vllm/vllm-openai:v") and not svc["image"].endswith(":latest")
-        model = "2b" if name == "vllm-gpu3" else "8b"
-        step = 3 if model == "2b" else 1
+        step = 3 if name == "vllm-gpu3" else 1
         snap = f"/root/.cache/huggingface/hub/models--{P.steps[step].model.replace('/', '--')}/snapshots/"
         release = svc["image"].rsplit(":v", 1)[1]  # the options that release knows, for a 16-core-per-GPU host
-        srv = Server(0, "0", model, 8000)
+        srv = Server(0, "0", P.model_group(step), 8000)
         known = flags_of_release(release)
         want = server_argv(s, P, srv, snap + P.steps[step].revision, False, Tuning.for_cores(16), known)
         assert svc["environment"]["OMP_NUM_THREADS"] == "1"
@@ -151,9 +150,9 @@ def test_compose_refuses_to_start_without_a_redis_password():
 
 def test_split_plans_and_fixed_arguments():
     s = load_settings(max_seqs=32, gpu_util=0.7, port0=9001)
-    servers = plan_servers(s, None, "3+1", ["0", "1", "2", "3"])
-    assert [(v.model, v.port, v.device) for v in servers] == [
-        ("8b", 9001, "0"), ("8b", 9002, "1"), ("8b", 9003, "2"), ("2b", 9004, "3"),
+    servers = plan_servers(s, P, None, "3+1", ["0", "1", "2", "3"])
+    assert [(v.steps, v.port, v.device) for v in servers] == [
+        ((1, 2), 9001, "0"), ((1, 2), 9002, "1"), ((1, 2), 9003, "2"), ((3,), 9004, "3"),
     ]  # fmt: skip
     argv = server_argv(s, P, servers[3], "/snap", False, Tuning.for_cores(16))
     assert argv[:3] == ["vllm", "serve", "/snap"]
@@ -161,8 +160,11 @@ def test_split_plans_and_fixed_arguments():
     assert json.loads(argv[argv.index("--limit-mm-per-prompt") + 1]) == {"image": 32, "video": 0}
     assert argv[argv.index("--max-logprobs") + 1] == "20"
     with pytest.raises(SetupError, match="5 GPUs asked, 4 available"):
-        plan_servers(s, None, "4+1", ["0", "1", "2", "3"])
-    assert [v.device for v in plan_servers(s, 3, None, ["2", "5"])] == ["2", "5"]  # Slurm's CUDA_VISIBLE_DEVICES
+        plan_servers(s, P, None, "4+1", ["0", "1", "2", "3"])
+    with pytest.raises(SetupError, match="expected <GPUs for steps 1,2>\\+<GPUs for steps 3>"):
+        plan_servers(s, P, None, "1+1+1", ["0", "1", "2", "3"])
+    assert [v.device for v in plan_servers(s, P, 3, None, ["2", "5"])] == ["2", "5"]  # Slurm's CUDA_VISIBLE_DEVICES
+    assert [v.steps for v in plan_servers(s, P, 2, None, ["0"])] == [(1, 2)]
 
 
 def test_run_remote_screens_a_pool_with_simulated_servers(pool_root, tmp_path):
@@ -256,7 +258,7 @@ def test_server_options_follow_the_cores_per_server(monkeypatch):
     assert Tuning.for_cores(1) == Tuning(1, 1, 0, 1)
     t = Tuning.for_cores(16, api_servers=3, renderer_workers=2)
     assert (t.api_servers, t.renderer_workers) == (3, 2)
-    srv = Server(0, "1", "2b", 8001)
+    srv = Server(0, "1", (3,), 8001)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert server_env(srv, False, t)["OMP_NUM_THREADS"] == "1"
     monkeypatch.setenv("OMP_NUM_THREADS", "4")  # the user's own setting wins
@@ -274,7 +276,7 @@ def test_flags_the_installed_vllm_does_not_know_are_left_out(tmp_path):
     fake.chmod(0o755)
     known = vllm_flags(str(fake))
     assert known == flags_of_release("0.11.0") == {"--api-server-count", "--mm-processor-cache-gb"}
-    argv = server_argv(load_settings(), P, Server(0, "0", "2b", 8001), "/snap", False, Tuning.for_cores(16), known)
+    argv = server_argv(load_settings(), P, Server(0, "0", (3,), 8001), "/snap", False, Tuning.for_cores(16), known)
     assert "--renderer-num-workers" not in argv and argv[argv.index("--api-server-count") + 1] == "8"
     assert vllm_flags(str(tmp_path / "missing")) is None  # unreadable: every option is passed
     assert flags_of_release("0.9.0") == frozenset() and flags_of_release("0.26.0") == set(OPTIONAL_FLAGS)
@@ -292,7 +294,7 @@ def test_the_real_vllm_knows_every_option(monkeypatch, tmp_path):
 
 def test_the_servers_image_limit_follows_the_protocol(tmp_path):
     more = P.model_copy(update={"steps": {**P.steps, 3: P.steps[3].model_copy(update={"n_frames": 48})}})
-    argv = server_argv(load_settings(), more, Server(0, "0", "2b", 8001), "/snap", False, Tuning.for_cores(16))
+    argv = server_argv(load_settings(), more, Server(0, "0", (3,), 8001), "/snap", False, Tuning.for_cores(16))
     assert json.loads(argv[argv.index("--limit-mm-per-prompt") + 1]) == {"image": 48, "video": 0}
-    argv = server_argv(load_settings(), P, Server(0, "0", "8b", 8001), "/snap", False, Tuning.for_cores(16))
+    argv = server_argv(load_settings(), P, Server(0, "0", (1, 2), 8001), "/snap", False, Tuning.for_cores(16))
     assert json.loads(argv[argv.index("--limit-mm-per-prompt") + 1]) == {"image": 1, "video": 0}

@@ -15,8 +15,9 @@ from stack import FAST, P, Stack
 from pool_queue.hostile import add_hostile
 from pool_queue.items import load_items
 from pool_queue.plan import eligible
-from pool_queue.store import STEPS
 from pool_queue.synth import SynthConfig, generate
+
+STEPS = sorted(P.steps)
 
 
 def tree_hash(root: Path) -> dict[str, str]:

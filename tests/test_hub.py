@@ -145,7 +145,7 @@ def test_pack_then_upload_a_return(hub, pool_root, tmp_path):
     assert "logs/client_s1_gpu0.log" in names and "logs/pool_audit.txt" in names
     assert any(n.startswith("results/pool/step1/") for n in names)
     assert any(n.startswith("results/pool/step2/") for n in names)
-    assert not any(".index2" in n for n in names) and not any(n.startswith("items") for n in names)
+    assert not any(".index3" in n for n in names) and not any(n.startswith("items") for n in names)
 
     dry = _cli("upload", str(tar_path), "--dry-run")
     assert dry.returncode == 0, dry.stderr

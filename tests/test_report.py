@@ -35,7 +35,7 @@ def test_sanity_flags_each_trigger(pool_root):
     rows[100] = row(items[100], 1, n_orders=3, benchmark="Normal")
     rows[101] = row(items[101], 1, status="error", benchmark="Normal")
     write(pool_root, 1, rows)
-    got = [f.what for f in flags(all_steps(_store(pool_root), load_items(pool_root / "items")), P)]
+    got = [f.what for f in flags(all_steps(_store(pool_root), load_items(pool_root / "items"), P), P)]
     assert any("AllGone removes 100.0 %" in f for f in got)
     assert any("NoneGone removes 0.0 %" in f for f in got)
     assert any("1 ok rows without 4 orders" in f for f in got)
@@ -45,7 +45,7 @@ def test_sanity_flags_each_trigger(pool_root):
 
 def test_clean_store_raises_no_flag_and_passes_audit(pool_root):
     valid_store(pool_root)
-    assert flags(all_steps(_store(pool_root), load_items(pool_root / "items")), P) == []
+    assert flags(all_steps(_store(pool_root), load_items(pool_root / "items"), P), P) == []
     a = _audit(pool_root)
     assert a.problems == [] and a.rows > 240
     assert {w.check for w in a.warnings} == {"incomplete"}  # step 2 only partly done, step 3 not begun

@@ -13,7 +13,7 @@ from recorded import jpeg_url, shape
 from pool_queue.items import load_items
 from pool_queue.procs import Procs, free_port, wait_health
 from pool_queue.protocol import Protocol
-from pool_queue.sim.model import PROFILES, answer
+from pool_queue.sim.model import PROFILES, answer, profile_of
 from workers.client import parse_answer
 
 P = Protocol()
@@ -266,7 +266,10 @@ def test_simulator_matches_a_recorded_real_response(procs, step):
 
 
 def test_simulators_default_to_the_launchers_context_length():
-    from pool_queue.launch import MAX_MODEL_LEN, SIM_PROFILE
+    from pool_queue.launch import MAX_MODEL_LEN
 
-    for size, profile in SIM_PROFILE.items():
-        assert PROFILES[profile].max_model_len == MAX_MODEL_LEN[size]  # the demo refuses what a real run refuses
+    for group in P.model_groups():  # pool-launch --sim names each group's model
+        assert profile_of(P.steps[group[0]].model).max_model_len == MAX_MODEL_LEN  # refuses what vLLM does
+    assert {p.max_model_len for p in PROFILES.values()} == {MAX_MODEL_LEN}
+    with pytest.raises(ValueError, match="no simulated profile for org/other"):
+        profile_of("org/other")

@@ -78,7 +78,7 @@ def test_index_is_incremental_and_survives_compaction(tmp_path):
     for i in range(40):  # 40 appends, each re-read: more parts than MAX_PARTS forces a compaction
         w.write([row(f"i{i}")])
         assert st.index(1).num_rows == i + 1
-    parts = list((tmp_path / "step1" / ".index2").rglob("*.parquet"))
+    parts = list((tmp_path / "step1" / ".index3").rglob("*.parquet"))
     assert len(parts) <= 17
     fresh = Store(tmp_path, "fp1")
     assert fresh.index(1).num_rows == 40 and fresh.winners(1).num_rows == 40

@@ -14,12 +14,12 @@ import pyarrow.parquet as pq
 
 from ..cli import fail, load_protocol, parser, reports_errors, settings
 from ..rows import to_arrow
-from ..store import STAMP, STEPS, Store
+from ..store import STAMP, Store
 
 
-def export(store: Store, out: Path) -> dict[int, int]:
+def export(store: Store, steps: list[int], out: Path) -> dict[int, int]:
     counts = {}
-    for step in STEPS:
+    for step in steps:
         rows = store.read_rows(step, store.winners(step))
         d = out / "results" / "pool" / f"step{step}"
         d.mkdir(parents=True, exist_ok=True)
@@ -41,6 +41,6 @@ def main(argv: list[str] | None = None) -> None:
         fail("--out must differ from the results root")
     if not (s.results_dir / STAMP).is_file():
         fail(f"no results to export: {s.results_dir} holds no screen (check --root / --results)")
-    counts = export(Store(s.results_dir, protocol.fingerprint), a.out)
+    counts = export(Store(s.results_dir, protocol.fingerprint), sorted(protocol.steps), a.out)
     for step, n in counts.items():
         print(f"step {step}: {n} rows -> {a.out}/step{step}.parquet, {a.out}/results/pool/step{step}/step{step}.jsonl")

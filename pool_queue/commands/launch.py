@@ -1,7 +1,8 @@
 """pool-launch: one model server per GPU (PORT0+i, the GPU pinned), one worker per server, then wait.
 
 `--step N` serves that step's model on every GPU and enqueues step N (survivors chain onward);
-`--split 3+1` serves the 8B on the first 3 GPUs and the 2B on the rest, so all steps run at once.
+`--split 3+1` serves the 8B (steps 1-2) on the first 3 GPUs and the 2B (step 3) on the rest, so all
+steps run at once.
 Logs: logs/vllm_s<STEP>_gpu<i>.log and logs/client_s<STEP>_gpu<i>.log. `--burst` returns when the
 queues are empty (the run package's run_remote.sh); otherwise it runs until SIGTERM/SIGINT, then
 lets the workers finish their jobs before stopping the servers. `--sim` starts simulated servers
@@ -36,7 +37,6 @@ from ..launch import (
     server_argv,
     server_env,
     snapshot,
-    steps_of,
     vllm_flags,
 )
 from ..procs import Procs, wait_health
@@ -86,8 +86,9 @@ def _flags_known(vllm: str, t: Tuning, cores: int) -> frozenset[str] | None:
 @reports_errors
 def main(argv: list[str] | None = None) -> None:
     p = parser("pool-launch", __doc__ or "")
-    p.add_argument("--step", type=int, choices=(1, 2, 3), help="serve this step's model on every GPU; enqueue it")
-    p.add_argument("--split", help="A+B: the 8B on A GPUs and the 2B on B GPUs (e.g. 3+1)")
+    steps = sorted(Protocol().steps)  # a protocol file has the same steps (Protocol checks)
+    p.add_argument("--step", type=int, choices=steps, help="serve this step's model on every GPU; enqueue it")
+    p.add_argument("--split", help="A+B: the steps-1-2 model on A GPUs and step 3's on B GPUs (e.g. 3+1)")
     p.add_argument("--plan-only", action="store_true", help="print the plan and REMAINING_TOTAL (needs --step)")
     p.add_argument("--burst", action="store_true", help="stop when the queues are empty")
     p.add_argument("--sim", action="store_true", help="simulated servers instead of vLLM (no GPU)")
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
             fail("--plan-only needs --step N")
         enqueue.run_steps(s, protocol, [a.step], plan_only=True, label=False)
         return
-    servers = plan_servers(s, a.step, a.split, devices(s.ngpu, a.sim))
+    servers = plan_servers(s, protocol, a.step, a.split, devices(s.ngpu, a.sim))
     if not servers:
         fail("no GPU visible (CUDA_VISIBLE_DEVICES / nvidia-smi); NGPU=N or --sim for simulated servers")
     tag = str(a.step) if a.step else a.split.replace("+", "p")
@@ -132,18 +133,19 @@ def _start_servers(
 ) -> None:
     """Every server at once, with the options derived from the cores; return when all are healthy."""
     try:
-        paths = {m: snapshot(protocol, m, a.sim) for m in {srv.model for srv in servers}}
+        paths = {g: snapshot(protocol, g, a.sim) for g in {srv.steps for srv in servers}}
     except LocalEntryNotFoundError as e:  # not in the local cache: say how to get it
         fail(f"model not in the local hub cache ({e}); run `pool-fetch --models` first (or set HF_HOME)")
     cores = cores_per_server(len(servers))
     tuning = Tuning.for_cores(cores, s.api_servers, s.renderer_workers)
     known = None if a.sim else _flags_known(s.vllm, tuning, cores)
     for srv in servers:
-        argv = server_argv(s, protocol, srv, paths[srv.model], a.sim, tuning, known)
+        argv = server_argv(s, protocol, srv, paths[srv.steps], a.sim, tuning, known)
         if a.sim:
             argv += ["--speed", str(a.sim_speed)]
         procs.start(log_name("vllm", tag, srv), argv, env=server_env(srv, a.sim, tuning))
-    print(f"started {len(servers)} server(s): " + ", ".join(f"{v.name}={v.model}@{v.url}" for v in servers))
+    what = {v: f"{protocol.steps[v.steps[0]].model} (steps {','.join(map(str, v.steps))})" for v in servers}
+    print(f"started {len(servers)} server(s): " + ", ".join(f"{v.name}={what[v]}@{v.url}" for v in servers))
     with ThreadPoolExecutor(len(servers)) as ex:
         why = list(ex.map(lambda v: _wait_healthy(procs, log_name("vllm", tag, v), v, a.health_timeout), servers))
     bad = [(v, w) for v, w in zip(servers, why, strict=True) if w]
@@ -164,7 +166,7 @@ def _supervise(
 
     def worker_starter(srv: Server) -> Callable[[], subprocess.Popen[bytes]]:
         wargv = [sys.executable, "-m", "workers.main", "--server", srv.url, *common]
-        wargv += ["--name", f"{host}-{srv.name}", "--steps", ",".join(map(str, steps_of(srv.model)))]
+        wargv += ["--name", f"{host}-{srv.name}", "--steps", ",".join(map(str, srv.steps))]
         wargv += ["--metrics-port", str(s.port0 + 100 + srv.gpu)] + (["--burst"] if burst else [])
         return lambda: procs.start(log_name("client", tag, srv), wargv)
 
@@ -172,7 +174,7 @@ def _supervise(
     for srv in servers:
         sup.add(log_name("client", tag, srv), worker_starter(srv))
     print(f"{len(servers)} worker(s) started; progress: pool-status --watch; logs in {s.logs_dir}")
-    served = sorted({step for v in servers for step in steps_of(v.model)})
+    served = sorted({step for v in servers for step in v.steps})
 
     def work_left() -> bool:
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..cli import fail, parser, reports_errors, settings
+from ..cli import fail, load_protocol, parser, reports_errors, settings
 from ..pack import pack, pack_name
 from .audit import audit_results, summary
 
@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> None:
     (s.logs_dir / "pool_audit.txt").write_text(text + "\n")
     out = a.out or s.results_dir.resolve().parent.parent
     try:
-        tar_path, sha_path = pack(s.results_dir, s.logs_dir, out, a.name or pack_name())
+        steps = sorted(load_protocol(s).steps)
+        tar_path, sha_path = pack(s.results_dir, s.logs_dir, steps, out, a.name or pack_name())
     except (FileNotFoundError, PermissionError) as e:
         fail(str(e))
     print(f"packed {tar_path} ({tar_path.stat().st_size / 1e6:,.1f} MB)\nchecksum {sha_path}")

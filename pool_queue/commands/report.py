@@ -125,7 +125,7 @@ def markdown(reps: dict[int, StepReport], items: ItemSet, protocol: Protocol, re
 
 
 def write_report(store: Store, items: ItemSet, protocol: Protocol, out: Path) -> Path:
-    reps = all_steps(store, items)
+    reps = all_steps(store, items, protocol)
     out.mkdir(parents=True, exist_ok=True)
     plots.removal_by_benchmark(reps, out / PLOTS[0])
     plots.margins(reps, protocol.margin_threshold, out / PLOTS[1])

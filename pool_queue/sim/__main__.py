@@ -13,13 +13,14 @@ from pathlib import Path
 from aiohttp import web
 
 from .faults import FaultPlan, parse_rates, parse_schedule
-from .model import PROFILES
+from .model import PROFILES, profile_of
 from .server import SimConfig, SimServer
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pool-sim", description=__doc__)
     p.add_argument("--profile", choices=sorted(PROFILES), default="qwen3-vl-8b")
+    p.add_argument("--model", help="a hub model id: the profile simulating it (pool-launch passes the protocol's)")
     p.add_argument("--served-model-name", help="default: the profile's hub id")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8001)
@@ -50,8 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     a = build_parser().parse_args(argv)
     logging.basicConfig(filename=a.log, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    prof = PROFILES[a.profile]
     try:
+        prof = profile_of(a.model) if a.model else PROFILES[a.profile]
         faults = FaultPlan(seed=a.fault_seed, rates=parse_rates(a.faults), schedule=parse_schedule(a.fault_schedule))
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -81,7 +81,7 @@ PROFILES = {
         "qwen3-vl-8b",
         QWEN3_VL_8B.model,
         QWEN3_VL_8B.revision,
-        MAX_MODEL_LEN["8b"],  # what pool-launch gives the real server: the demo refuses what a real run refuses
+        MAX_MODEL_LEN,  # what pool-launch gives the real server: the demo refuses what a real run refuses
         60_000.0,
         0.02,
         7.0,
@@ -91,13 +91,22 @@ PROFILES = {
         "qwen3-vl-2b",
         QWEN3_VL_2B.model,
         QWEN3_VL_2B.revision,
-        MAX_MODEL_LEN["2b"],
+        MAX_MODEL_LEN,
         25_000.0,
         0.05,
         5.0,
         1.4,
     ),
 }
+
+
+def profile_of(model: str) -> Profile:
+    """The profile simulating a hub model id (pool-launch names the protocol's model)."""
+    for prof in PROFILES.values():
+        if prof.model == model:
+            return prof
+    known = sorted(p.model for p in PROFILES.values())
+    raise ValueError(f"no simulated profile for {model}; the simulator knows {known}")
 
 
 def parse_prompt(text: str) -> tuple[str, list[str]]:
