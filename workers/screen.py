@@ -15,7 +15,7 @@ import orjson
 
 from pool_queue.errors import ItemFailure
 from pool_queue.frames import DEFAULT_MAX_PIXELS, FrameEncoder, FrameError, find_frames
-from pool_queue.protocol import LETTERS, Protocol
+from pool_queue.protocol import LETTERS, Forward, Protocol
 from pool_queue.rows import ErrorKind, ForwardRecord, Row
 
 from .client import Answer, ServerMisconfigured, VLLMClient
@@ -95,15 +95,17 @@ class Screener:
             video_id=it.video_id if it else "",
             error=error,
             error_kind=kind,
-            fingerprint=self.who.fingerprint,
-            model=self.who.model,
-            revision=self.who.revision,
-            server=self.who.server,
-            worker=self.who.worker,
+            **self._stamp(),
             started_at=started or time.time(),
             finished_at=time.time(),
             **more,
         )
+
+    def _stamp(self) -> dict[str, Any]:
+        """Who made a row: the protocol, the model, the server and the worker."""
+        w = self.who
+        return {"fingerprint": w.fingerprint, "model": w.model, "revision": w.revision, "server": w.server,
+                "worker": w.worker}  # fmt: skip
 
     async def screen(self, step: int, item: Item) -> Row:
         """One item's row, whatever happens to it: its data (bad_input), the server (permanent, transient)
@@ -177,28 +179,9 @@ class Screener:
             attempts += sum(getattr(f, "attempts", 1) for f in failures)
             more = {"attempts": attempts, "frame_indices": idx, "n_frames_total": n_total}
             return self.error_row(step, item, str(worst), worst.kind, started, **more)
+        oks = [a for a in answers if isinstance(a, Answer)]
         n = len(item.options)
-        records = []
-        judged = []
-        for order, ans in zip(orders, answers, strict=True):
-            assert isinstance(ans, Answer)
-            f = self.protocol.judge_forward(ans.top, n, order.index(item.gold))
-            judged.append(f)
-            records.append(
-                ForwardRecord(
-                    order=order,
-                    gold=LETTERS[f.gold],
-                    logprobs={LETTERS[i]: v for i, v in enumerate(f.logprobs)},
-                    floored=[LETTERS[i] for i, fl in enumerate(f.floored) if fl],
-                    pred=LETTERS[f.pred],
-                    margin=f.margin,
-                    hit=f.hit,
-                    top=ans.top,
-                    prompt_tokens=ans.prompt_tokens,
-                    attempts=ans.attempts,
-                    latency_s=round(ans.latency_s, 4),
-                )
-            )
+        judged = [self.protocol.judge_forward(a.top, n, o.index(item.gold)) for o, a in zip(orders, oks, strict=True)]
         verdict = self.protocol.judge_item(step, orders, judged)
         return Row(
             item_id=item.item_id,
@@ -206,16 +189,29 @@ class Screener:
             status="ok",
             benchmark=item.benchmark,
             video_id=item.video_id,
-            fingerprint=self.who.fingerprint,
-            model=self.who.model,
-            revision=self.who.revision,
-            server=self.who.server,
-            worker=self.who.worker,
+            **self._stamp(),
             started_at=started,
             attempts=attempts,
             **verdict.model_dump(),
-            forwards=records,
+            forwards=[_record(o, a, f) for o, a, f in zip(orders, oks, judged, strict=True)],
             frame_indices=idx,
             n_frames_total=n_total or None,
             finished_at=time.time(),
         )
+
+
+def _record(order: list[int], ans: Answer, f: Forward) -> ForwardRecord:
+    """What a row keeps of one forward: the protocol's reading, with the raw top-k it was read from."""
+    return ForwardRecord(
+        order=order,
+        gold=LETTERS[f.gold],
+        logprobs={LETTERS[i]: v for i, v in enumerate(f.logprobs)},
+        floored=[LETTERS[i] for i, fl in enumerate(f.floored) if fl],
+        pred=LETTERS[f.pred],
+        margin=f.margin,
+        hit=f.hit,
+        top=ans.top,
+        prompt_tokens=ans.prompt_tokens,
+        attempts=ans.attempts,
+        latency_s=round(ans.latency_s, 4),
+    )
