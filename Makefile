@@ -25,9 +25,9 @@ $(RQ_STAMP): pyproject.toml
 	$(RQ_VENV)/bin/pip install -q -e '.[dev]' '$(RQ_OLDEST)'
 	touch $(RQ_STAMP)
 
-$(VLLM_STAMP): tests/realvllm/requirements.txt
+$(VLLM_STAMP): tests/harness/realvllm/requirements.txt
 	$(PY) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/pip install -q -r tests/realvllm/requirements.txt
+	$(VLLM_VENV)/bin/pip install -q -r tests/harness/realvllm/requirements.txt
 	# CUDA-linked audio/video decoders that cannot load beside the CPU torch; the image path needs neither
 	$(VLLM_VENV)/bin/pip uninstall -y -q torchaudio torchcodec
 	touch $(VLLM_STAMP)
@@ -40,7 +40,7 @@ test: $(STAMP) $(VLLM_STAMP) $(RQ_STAMP)
 	$(VENV)/bin/ruff check .
 	POOL_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(VENV)/bin/pytest -q
 	$(RQ_VENV)/bin/python -c 'import rq; print("again on rq", rq.__version__)'
-	$(RQ_VENV)/bin/pytest -q tests/test_lease.py tests/test_recovery.py
+	$(RQ_VENV)/bin/pytest -q tests/unit/test_lease.py tests/e2e/test_recovery.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

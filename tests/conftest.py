@@ -8,9 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from stack import Stack
+from stack import Stack, make_screen
 
-from pool_queue.procs import Procs
+from pool_queue.procs import Procs, free_port
+from pool_queue.queue import Screen
 from pool_queue.synth import SynthConfig, generate
 
 # A `.env` that `make demo` left in the checkout must not steer the tests (nor the commands they run).
@@ -46,3 +47,14 @@ def stack(pool_root: Path, procs: Procs) -> Stack:
     """A real stack over a private copy of the small pool; Redis keeps an append-only file, so a test
     can kill and restart it."""
     return Stack(pool_root, procs, aof=True)
+
+
+@pytest.fixture()
+def redis_url(procs: Procs, tmp_path: Path) -> str:
+    """A real redis-server of the test's own (random port, temp dir)."""
+    return procs.redis(free_port(), tmp_path / "redis")
+
+
+@pytest.fixture()
+def screen(tmp_path: Path, redis_url: str) -> Screen:
+    return make_screen(tmp_path / "results", redis_url)

@@ -9,39 +9,18 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from redis import Redis
 from rq import Worker
 from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry, FinishedJobRegistry
 from rq.serializers import JSONSerializer
+from stack import make_screen
 
 from pool_queue import lease
-from pool_queue.procs import Procs, free_port
 from pool_queue.protocol import Protocol
-from pool_queue.queue import Screen, other_screens, screen_of
-from pool_queue.store import Store
+from pool_queue.queue import Screen, other_screens
 
 P = Protocol()
 IDS = [f"item-{i:03d}" for i in range(10)]
-
-
-@pytest.fixture()
-def redis_url(tmp_path: Path):
-    with Procs(tmp_path / "logs") as procs:
-        yield procs.redis(free_port(), tmp_path / "redis")
-
-
-def make_screen(root: Path, url: str) -> Screen:
-    store = Store(root, P.fingerprint, P.model_dump(mode="json"))
-    store.claim()
-    screen = screen_of(store, Redis.from_url(url))
-    assert screen is not None
-    return screen
-
-
-@pytest.fixture()
-def screen(tmp_path: Path, redis_url: str) -> Screen:
-    return make_screen(tmp_path / "results", redis_url)
 
 
 def take(screen: Screen, step: int = 1, lease_s: int = 30, name: str = "w") -> lease.Lease:

@@ -32,7 +32,7 @@ from pool_queue.protocol import Protocol
 from pool_queue.settings import load_settings
 from pool_queue.store import Store
 
-REPO = Path(__file__).parent.parent
+REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 P = Protocol()
 

@@ -25,6 +25,15 @@ P = Protocol()
 FAST = {"POOL_LEASE_S": "3", "POOL_HEARTBEAT_S": "0.5", "POOL_RESCUE_S": "1"}
 
 
+def make_screen(root: Path, url: str) -> Screen:
+    """The screen of a freshly stamped results root, on the Redis at `url`."""
+    store = Store(root, P.fingerprint, P.model_dump(mode="json"))
+    store.claim()
+    screen = screen_of(store, Redis.from_url(url))
+    assert screen is not None
+    return screen
+
+
 class Stack:
     def __init__(self, root: Path, procs: Procs, aof: bool = False) -> None:
         self.root = root

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import httpx
 import orjson
@@ -12,7 +13,7 @@ import pytest
 
 from pool_queue.procs import Procs, free_port, wait_health
 from pool_queue.protocol import Protocol
-from workers.client import ForwardError, RetriesExhausted, VLLMClient
+from workers.client import ForwardError, RetriesExhausted, ServerUnreachable, VLLMClient
 from workers.transport import SlimTransport
 
 P = Protocol()
@@ -68,5 +69,35 @@ def test_client_retries_transient_and_stops_on_permanent(sims: dict[str, str]) -
         with pytest.raises(RetriesExhausted, match="after 2 attempts"):
             await h.forward(BODY)
         await h.aclose()
+
+    asyncio.run(go())
+
+
+def test_an_outage_is_waited_out_and_charges_no_attempt(procs: Procs) -> None:
+    """Nothing listens at first: the forward waits on /health instead of spending its attempts, and
+    goes through once a server comes up on that port."""
+    port = free_port()
+
+    async def go() -> None:
+        async with VLLMClient(f"http://127.0.0.1:{port}", max_attempts=2, backoff_s=0.01) as c:
+            sent = asyncio.ensure_future(c.forward(BODY))
+            await asyncio.sleep(2.5)  # longer than two attempts' backoff: only the outage rule keeps it alive
+            assert not sent.done() and not c.up
+            procs.sim("late", port, "--zero-latency")
+            a = await asyncio.wait_for(sent, 60)
+            assert a.attempts == 1 and c.retries == 0 and c.up and c.outage_s >= 2.0
+
+    asyncio.run(go())
+
+
+def test_a_port_that_does_not_speak_http_fails_at_once(procs: Procs, tmp_path: Path) -> None:
+    url = procs.redis(free_port(), tmp_path / "redis").replace("redis://", "http://")
+
+    async def go() -> None:
+        async with VLLMClient(url) as c:
+            t0 = time.monotonic()
+            with pytest.raises(ServerUnreachable, match="does not answer HTTP"):
+                await c.wait_first(limit_s=60)
+            assert time.monotonic() - t0 < 10  # no waiting: no wait would help
 
     asyncio.run(go())

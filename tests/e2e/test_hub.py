@@ -1,4 +1,4 @@
-"""pool-fetch and pool-upload: the real huggingface_hub code against a local hub (tests/hubfixture.py)."""
+"""pool-fetch and pool-upload: the real huggingface_hub code against a local hub (tests/harness/hubfixture.py)."""
 
 from __future__ import annotations
 

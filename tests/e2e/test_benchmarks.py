@@ -15,7 +15,7 @@ from pool_queue.procs import Procs, free_port, wait_health
 from pool_queue.protocol import Protocol
 from pool_queue.settings import load_settings
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 import profile_summary  # noqa: E402
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).parent.parent
+REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
 BIN = Path(sys.executable).parent
 SHARED = ("--root", "--results", "--redis-url", "--protocol-file")

@@ -1,4 +1,4 @@
-"""Real vLLM responses kept in the repo (tests/realvllm/recorded/step<N>.json), one per step.
+"""Real vLLM responses kept in the repo (tests/harness/realvllm/recorded/step<N>.json), one per step.
 
 They are recorded from the CPU vLLM of the `vllm` tests (POOL_RECORD=1 rewrites them) and say which
 vLLM version answered; the simulator tests compare against them even where no vLLM is installed.

@@ -19,7 +19,7 @@ from pool_queue.procs import free_port
 from pool_queue.protocol import Protocol
 from pool_queue.store import Store
 
-REPO = Path(__file__).parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SLURM = REPO / "deploy" / "slurm"
 P = Protocol()
 SMALL = ("--cpus-per-task=1", "--mem=1G")  # the scripts ask for a GPU node's share; this node is small
