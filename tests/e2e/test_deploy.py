@@ -27,7 +27,7 @@ from pool_queue.launch import (
     server_env,
     vllm_flags,
 )
-from pool_queue.procs import Procs, free_port, redis_binary
+from pool_queue.procs import free_port, redis_binary
 from pool_queue.protocol import Protocol
 from pool_queue.settings import load_settings
 from pool_queue.store import Store
@@ -167,50 +167,46 @@ def test_split_plans_and_fixed_arguments():
     assert [v.steps for v in plan_servers(s, P, 2, None, ["0"])] == [(1, 2)]
 
 
-def test_run_remote_screens_a_pool_with_simulated_servers(pool_root, tmp_path):
-    with Procs(tmp_path / "procs") as procs:
-        redis_url = procs.redis(free_port(), tmp_path / "redis")
-        env = {
-            **os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "2",
-            "PORT0": str(free_port()), "PY": sys.executable,
-        }  # fmt: skip
-        plan = subprocess.run(
-            ["bash", str(REPO / "deploy/run_remote.sh"), "--plan-only"], env={**env, "STEP": "1"},
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        assert plan.returncode == 0 and "REMAINING_TOTAL=240" in plan.stdout, plan.stderr
-        run = subprocess.run(
-            ["bash", str(REPO / "deploy/run_remote.sh"), "--sim"], env={**env, "STEP": "1"},
-            capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
-        assert "REMAINING_TOTAL=0" in run.stdout
-        logs = pool_root / "logs"
-        assert (logs / "vllm_s1_gpu0.log").exists() and (logs / "client_s1_gpu1.log").exists()
+def test_run_remote_screens_a_pool_with_simulated_servers(pool_root, redis_url):
+    env = {
+        **os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "2",
+        "PORT0": str(free_port()), "PY": sys.executable,
+    }  # fmt: skip
+    plan = subprocess.run(
+        ["bash", str(REPO / "deploy/run_remote.sh"), "--plan-only"], env={**env, "STEP": "1"},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert plan.returncode == 0 and "REMAINING_TOTAL=240" in plan.stdout, plan.stderr
+    run = subprocess.run(
+        ["bash", str(REPO / "deploy/run_remote.sh"), "--sim"], env={**env, "STEP": "1"},
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert "REMAINING_TOTAL=0" in run.stdout
+    logs = pool_root / "logs"
+    assert (logs / "vllm_s1_gpu0.log").exists() and (logs / "client_s1_gpu1.log").exists()
     store = Store(pool_root / "results" / "pool", P.fingerprint)
     assert store.winners(1).num_rows == 240 and store.winners(2).num_rows > 0  # step 2 chained on the 8B servers
 
 
-def test_launcher_restarts_a_worker_killed_mid_screen(pool_root, tmp_path):
-    with Procs(tmp_path / "procs") as procs:
-        redis_url = procs.redis(free_port(), tmp_path / "redis")
-        port0 = free_port()
-        env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(port0),
-               "POOL_LEASE_S": "3", "POOL_HEARTBEAT_S": "0.5", "POOL_RESCUE_S": "1"}  # fmt: skip
-        launch = subprocess.Popen(
-            [sys.executable, "-m", "pool_queue.commands.launch", "--step", "1", "--sim", "--sim-speed", "2", "--burst"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        store = Store(pool_root / "results" / "pool", P.fingerprint)
-        deadline = time.monotonic() + 120
-        while not store.segments(1) or store.index(1).num_rows < 40:
-            assert time.monotonic() < deadline and launch.poll() is None
-            time.sleep(0.2)
-        mine = f"workers.main --server http://127.0.0.1:{port0} "
-        pid = subprocess.run(["pgrep", "-f", mine], capture_output=True, text=True).stdout.split()
-        assert len(pid) == 1
-        os.kill(int(pid[0]), 9)
-        out, err = launch.communicate(timeout=300)
+def test_launcher_restarts_a_worker_killed_mid_screen(pool_root, redis_url):
+    port0 = free_port()
+    env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(port0),
+           "POOL_LEASE_S": "3", "POOL_HEARTBEAT_S": "0.5", "POOL_RESCUE_S": "1"}  # fmt: skip
+    launch = subprocess.Popen(
+        [sys.executable, "-m", "pool_queue.commands.launch", "--step", "1", "--sim", "--sim-speed", "2", "--burst"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    store = Store(pool_root / "results" / "pool", P.fingerprint)
+    deadline = time.monotonic() + 120
+    while not store.segments(1) or store.index(1).num_rows < 40:
+        assert time.monotonic() < deadline and launch.poll() is None
+        time.sleep(0.2)
+    mine = f"workers.main --server http://127.0.0.1:{port0} "
+    pid = subprocess.run(["pgrep", "-f", mine], capture_output=True, text=True).stdout.split()
+    assert len(pid) == 1
+    os.kill(int(pid[0]), 9)
+    out, err = launch.communicate(timeout=300)
     assert launch.returncode == 0, err[-3000:]
     assert "exited unexpectedly with -9" in err and "starting again (restart 1)" in err, err[-3000:]
     assert "REMAINING_TOTAL=0" in out and store.winners(1).num_rows == 240

@@ -59,46 +59,45 @@ def _post(url: str, body: dict[str, Any]) -> httpx.Response:
     )
 
 
-def test_worker_screens_three_steps_end_to_end(servers, tmp_path):
+def test_worker_screens_three_steps_end_to_end(servers, tmp_path, procs):
     urls, *_ = servers
     root = tmp_path / "root"
     generate(root, SynthConfig(n_items=14, n_videos=6, seed=5, frames=(20, 40), shard_videos=6))
-    with Procs(tmp_path / "logs") as procs:
-        stack = Stack(root, procs)
-        stack.enqueue(1)
-        stack.worker("w8", urls[1], "--burst", "--inflight", "16")
-        stack.worker("w2", urls[3], "--burst", "--inflight", "4")
-        stack.wait_workers(["w8", "w2"], timeout=900)
-        if stack.queued():  # a step-3 job chained after the 2B worker's queues looked empty
-            stack.worker("w2-late", urls[3], "--burst", "--inflight", "4")
-            stack.wait_workers(["w2-late"], timeout=900)
-        counts = {}
-        for step in (1, 2, 3):
-            rows = stack.winners(step)
-            counts[step] = len(rows)
-            for r in rows.values():
-                assert r["status"] == "ok", r
-                assert r["model"] == P.steps[step].model and r["revision"] == P.steps[step].revision
-                n = len(r["forwards"][0]["order"])
-                assert r["n_perm"] == len(r["forwards"]) == P.steps[step].n_orders
-                judged = []
-                for f in r["forwards"]:
-                    assert len(f["top"]) == 20 and f["prompt_tokens"] > 0 and f["attempts"] == 1
-                    top = [(t, v) for t, v in f["top"]]
-                    j = P.judge_forward(top, n, f["order"].index(_gold(root, r["item_id"])))
-                    assert math.isclose(j.margin, f["margin"]) and "ABCDEFGHIJ"[j.pred] == f["pred"]
-                    judged.append(j)
-                assert r["removed"] == P.removed(step, judged)
-                if step > 1:
-                    per_image = (r["forwards"][0]["prompt_tokens"] - 40) / len(r["frame_indices"])
-                    assert per_image > 60, r["forwards"][0]["prompt_tokens"]  # images really reached the model
-            if step < 3:
-                survivors = [r for r in rows.values() if not r["removed"]]
-                assert counts[step] >= len(survivors)
-        assert counts[1] == 14 and counts[2] > 0 and counts[3] > 0
-        three = next(iter(stack.winners(3).values()))
-        assert len(three["frame_indices"]) == 32  # videos of 20..40 frames: 32 or all if fewer
-        assert stack.raw_count(1) == 14
+    stack = Stack(root, procs)
+    stack.enqueue(1)
+    stack.worker("w8", urls[1], "--burst", "--inflight", "16")
+    stack.worker("w2", urls[3], "--burst", "--inflight", "4")
+    stack.wait_workers(["w8", "w2"], timeout=900)
+    if stack.queued():  # a step-3 job chained after the 2B worker's queues looked empty
+        stack.worker("w2-late", urls[3], "--burst", "--inflight", "4")
+        stack.wait_workers(["w2-late"], timeout=900)
+    counts = {}
+    for step in (1, 2, 3):
+        rows = stack.winners(step)
+        counts[step] = len(rows)
+        for r in rows.values():
+            assert r["status"] == "ok", r
+            assert r["model"] == P.steps[step].model and r["revision"] == P.steps[step].revision
+            n = len(r["forwards"][0]["order"])
+            assert r["n_perm"] == len(r["forwards"]) == P.steps[step].n_orders
+            judged = []
+            for f in r["forwards"]:
+                assert len(f["top"]) == 20 and f["prompt_tokens"] > 0 and f["attempts"] == 1
+                top = [(t, v) for t, v in f["top"]]
+                j = P.judge_forward(top, n, f["order"].index(_gold(root, r["item_id"])))
+                assert math.isclose(j.margin, f["margin"]) and "ABCDEFGHIJ"[j.pred] == f["pred"]
+                judged.append(j)
+            assert r["removed"] == P.removed(step, judged)
+            if step > 1:
+                per_image = (r["forwards"][0]["prompt_tokens"] - 40) / len(r["frame_indices"])
+                assert per_image > 60, r["forwards"][0]["prompt_tokens"]  # images really reached the model
+        if step < 3:
+            survivors = [r for r in rows.values() if not r["removed"]]
+            assert counts[step] >= len(survivors)
+    assert counts[1] == 14 and counts[2] > 0 and counts[3] > 0
+    three = next(iter(stack.winners(3).values()))
+    assert len(three["frame_indices"]) == 32  # videos of 20..40 frames: 32 or all if fewer
+    assert stack.raw_count(1) == 14
 
 
 def _gold(root: Path, item_id: str) -> int:
@@ -149,42 +148,41 @@ def test_limits_come_back_as_permanent_error_rows(servers, video33):
     assert row.error_kind == "permanent" and "maximum context length is 4096 tokens" in (row.error or "")
 
 
-def test_simulator_answers_with_the_real_servers_structure(servers, tmp_path, video33):
+def test_simulator_answers_with_the_real_servers_structure(servers, procs, video33):
     urls, *_ = servers
-    with Procs(tmp_path / "logs") as procs:
-        sims = {
-            1: procs.sim("sim8", free_port(), "--profile", "qwen3-vl-8b", "--max-model-len", "4096"),
-            3: procs.sim("sim2", free_port(), "--profile", "qwen3-vl-2b", "--max-model-len", "4096"),
-        }
-        for u in sims.values():
-            wait_health(u, 20)
-        img = jpeg_url()
-        q, opts = "Which one?", ["red", "green", "blue", "black"]
-        cases = {
-            "text": (1, P.request_body(1, q, opts, [])),
-            "one image": (1, P.request_body(2, q, opts, [img])),
-            "33 images": (3, P.request_body(3, q, opts, [img] * 33)),
-            "top_logprobs 21": (1, {**P.request_body(1, q, opts, []), "top_logprobs": 21}),
-            "too long": (1, P.request_body(1, "word " * 5000, opts, [])),
-            "unknown model": (1, {**P.request_body(1, q, opts, []), "model": "nope"}),
-        }
-        for name, (s, body) in cases.items():
-            real, sim = _post(urls[s], body), _post(sims[s], body)
-            assert real.status_code == sim.status_code, (name, real.text, sim.text)
-            assert shape(real.json()) == shape(sim.json()), name
-            if real.status_code != 200:  # same text (the token count of an over-long prompt is the sim's estimate)
-                cut = 60 if name == "too long" else None
-                assert real.json()["error"]["message"][:cut] == sim.json()["error"]["message"][:cut], name
-        bare = orjson.dumps(cases["text"][1])  # no Content-Type header: vLLM refuses it
-        real = httpx.post(f"{urls[1]}/v1/chat/completions", content=bare)
-        sim = httpx.post(f"{sims[1]}/v1/chat/completions", content=bare)
-        assert real.status_code == sim.status_code == 400 and real.json() == sim.json()
-        for s in (1, 3):
-            real_m = httpx.get(f"{urls[s]}/v1/models").json()
-            sim_m = httpx.get(f"{sims[s]}/v1/models").json()
-            assert shape(real_m) == shape(sim_m)
-            assert real_m["data"][0]["id"] == sim_m["data"][0]["id"]
-            assert real_m["data"][0]["root"].endswith(sim_m["data"][0]["root"].split("/snapshots/")[-1])
+    sims = {
+        1: procs.sim("sim8", free_port(), "--profile", "qwen3-vl-8b", "--max-model-len", "4096"),
+        3: procs.sim("sim2", free_port(), "--profile", "qwen3-vl-2b", "--max-model-len", "4096"),
+    }
+    for u in sims.values():
+        wait_health(u, 20)
+    img = jpeg_url()
+    q, opts = "Which one?", ["red", "green", "blue", "black"]
+    cases = {
+        "text": (1, P.request_body(1, q, opts, [])),
+        "one image": (1, P.request_body(2, q, opts, [img])),
+        "33 images": (3, P.request_body(3, q, opts, [img] * 33)),
+        "top_logprobs 21": (1, {**P.request_body(1, q, opts, []), "top_logprobs": 21}),
+        "too long": (1, P.request_body(1, "word " * 5000, opts, [])),
+        "unknown model": (1, {**P.request_body(1, q, opts, []), "model": "nope"}),
+    }
+    for name, (s, body) in cases.items():
+        real, sim = _post(urls[s], body), _post(sims[s], body)
+        assert real.status_code == sim.status_code, (name, real.text, sim.text)
+        assert shape(real.json()) == shape(sim.json()), name
+        if real.status_code != 200:  # same text (the token count of an over-long prompt is the sim's estimate)
+            cut = 60 if name == "too long" else None
+            assert real.json()["error"]["message"][:cut] == sim.json()["error"]["message"][:cut], name
+    bare = orjson.dumps(cases["text"][1])  # no Content-Type header: vLLM refuses it
+    real = httpx.post(f"{urls[1]}/v1/chat/completions", content=bare)
+    sim = httpx.post(f"{sims[1]}/v1/chat/completions", content=bare)
+    assert real.status_code == sim.status_code == 400 and real.json() == sim.json()
+    for s in (1, 3):
+        real_m = httpx.get(f"{urls[s]}/v1/models").json()
+        sim_m = httpx.get(f"{sims[s]}/v1/models").json()
+        assert shape(real_m) == shape(sim_m)
+        assert real_m["data"][0]["id"] == sim_m["data"][0]["id"]
+        assert real_m["data"][0]["root"].endswith(sim_m["data"][0]["root"].split("/snapshots/")[-1])
 
 
 def test_recorded_responses_still_match_the_server(servers):
@@ -203,27 +201,26 @@ def test_recorded_responses_still_match_the_server(servers):
         assert live.json()["usage"]["prompt_tokens"] == rec["response"]["usage"]["prompt_tokens"]
 
 
-def test_a_server_killed_mid_run_and_restarted_charges_no_item(servers, tmp_path):
+def test_a_server_killed_mid_run_and_restarted_charges_no_item(servers, tmp_path, procs):
     """The failure drill of a multi-GPU screen, on the CPU: the real 8B server is SIGKILLed (its whole
     process group) while a worker screens, then started again on its port; the worker waits out the
     outage and every item ends with one ok row."""
-    urls, procs, restart = servers
+    urls, vllm_procs, restart = servers
     root = tmp_path / "root"
     generate(root, SynthConfig(n_items=150, n_videos=20, seed=9, frames=(8, 9), shard_videos=20))
-    with Procs(tmp_path / "logs") as wprocs:
-        stack = Stack(root, wprocs)
-        stack.enqueue(1)
-        stack.worker("w", urls[1], "--burst", "--inflight", "8", "--steps", "1")
-        deadline = time.monotonic() + 300
-        while stack.raw_count(1) < 10:
-            assert time.monotonic() < deadline, stack.log("w")
-            time.sleep(0.2)
-        procs.stop("vllm-s1", signal.SIGKILL)
-        killed_at = stack.raw_count(1)
-        restart(1)
-        stack.wait_workers(["w"], timeout=900)
-        log = stack.log("w", tail=100_000)
-        assert "is down (/health fails): waiting for it" in log and " is back after " in log
+    stack = Stack(root, procs)
+    stack.enqueue(1)
+    stack.worker("w", urls[1], "--burst", "--inflight", "8", "--steps", "1")
+    deadline = time.monotonic() + 300
+    while stack.raw_count(1) < 10:
+        assert time.monotonic() < deadline, stack.log("w")
+        time.sleep(0.2)
+    vllm_procs.stop("vllm-s1", signal.SIGKILL)
+    killed_at = stack.raw_count(1)
+    restart(1)
+    stack.wait_workers(["w"], timeout=900)
+    log = stack.log("w", tail=100_000)
+    assert "is down (/health fails): waiting for it" in log and " is back after " in log
     rows = stack.winners(1)
     assert killed_at < 150 and len(rows) == 150 == stack.raw_count(1)  # none lost, none repeated
     assert all(r["status"] == "ok" and r["n_perm"] == 4 for r in rows.values())
