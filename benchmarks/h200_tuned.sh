@@ -13,6 +13,7 @@
 # Step 3 on real-like frames (every frame a 448-px JPEG, which the workers send untouched), one new 2B server:
 #   bash benchmarks/h200_tuned.sh real-start        # install, our wheels, the server, the pools, wait
 #   bash benchmarks/h200_tuned.sh real OUTDIR       # ~5 min
+#   bash benchmarks/h200_tuned.sh real-defaults OUTDIR   # instead: pool-launch's defaults (MAX_SEQS 64, one worker)
 set -euo pipefail
 H="bash benchmarks/h200.sh"
 export PYTHONPATH="/tmp/site:/tmp/ours:$PWD" PYTHONUNBUFFERED=1
@@ -30,7 +31,7 @@ prepare() {
   $H deps
 }
 
-case "${1:?start|step3|steps12|real-start|real}" in
+case "${1:?start|step3|steps12|real-start|real|real-defaults}" in
   start)
     prepare
     export GPU_UTIL=0.15 MAX_SEQS=256
@@ -100,5 +101,21 @@ case "${1:?start|step3|steps12|real-start|real}" in
       python3 .gpu/base/step3_prefix.py --port $NEW2 --model "$(python3 -c 'from pool_queue.protocol import Protocol; print(Protocol().steps[3].served_name)')" \
         --items 192 --k 3 --conc 64 --modes warmup,distinct,serial,adjacent
     } 2>&1 | tee "$out/real.log" ;;
-  *) echo "start|step3|steps12|real-start|real" >&2; exit 2 ;;
+  real-defaults)   # pool-launch's defaults as a user gets them: MAX_SEQS=64, GPU_UTIL=0.85, one worker of 64 in flight
+    out=${2:?OUTDIR}; mkdir -p "$out"; j="$out/defaults.jsonl"
+    prepare
+    MAX_SEQS=64 $H serve 2b $NEW2
+    pool /root/q1 3 1200 1 None True &
+    pool /root/q3 3 1200 3 None True &
+    wait
+    $H wait $NEW2 "${WAIT:-480}"
+    S="--ceiling-items 0 --items 600 --real-frames"
+    # shellcheck disable=SC2086
+    {
+      $H bench 3 $NEW2 --root /root/q1 $S --workers 1 --inflight 64 --label "defaults distinct 1x64" --out "$j"
+      $H bench 3 $NEW2 --root /root/q3 $S --workers 1 --inflight 64 --label "defaults 3/video 1x64" --out "$j"
+      $H bench 3 $NEW2 --root /root/q1 --skip 600 $S --workers 4 --inflight 32 --label "defaults distinct 4x32" --out "$j"
+      $H bench 3 $NEW2 --root /root/q3 --skip 600 $S --workers 4 --inflight 32 --label "defaults 3/video 4x32" --out "$j"
+    } 2>&1 | tee "$out/defaults.log" ;;
+  *) echo "start|step3|steps12|real-start|real|real-defaults" >&2; exit 2 ;;
 esac
