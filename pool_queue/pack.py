@@ -2,8 +2,9 @@
 
 Members keep the run package's names (`results/pool/stepN/...`, `logs/...`) wherever the results
 root really lives, so the receiving side unpacks the layout it knows. The store's rebuildable
-indexes are left out. The tarball is written under a temporary name and renamed when complete, so
-a crash never leaves a file that looks finished; the `.sha256` line is `sha256sum` format.
+indexes (this release's and earlier ones') are left out. The tarball is written under a temporary
+name and renamed when complete, so a crash never leaves a file that looks finished; the `.sha256`
+line is `sha256sum` format.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from datetime import date
 from pathlib import Path
 
 from .progress import byte_progress
-from .segment_index import INDEX_DIR
+from .segment_index import INDEX_DIR_PREFIX
 from .shards import sha256_file
 
 
@@ -27,7 +28,7 @@ def _members(results: Path, logs: Path, steps: list[int]) -> list[tuple[Path, st
     for step in (f"step{n}" for n in steps):
         for p in sorted((results / step).rglob("*")) if (results / step).is_dir() else []:
             rel = p.relative_to(results / step)
-            if p.is_file() and INDEX_DIR not in rel.parts:
+            if p.is_file() and not any(part.startswith(INDEX_DIR_PREFIX) for part in rel.parts):
                 out.append((p, f"results/pool/{step}/{rel}"))
     for p in sorted(logs.rglob("*")) if logs.is_dir() else []:
         if p.is_file():

@@ -31,6 +31,7 @@ INDEX_FIELDS = pa.schema([ROW_SCHEMA.field(name) for name in INDEX_COLUMNS])
 INDEX_SCHEMA = pa.schema([*INDEX_FIELDS, ("segment", pa.string()), ("offset", pa.int64()), ("length", pa.int64())])
 MAX_PARTS = 16
 INDEX_DIR = ".index3"  # named for its schema: an index of another schema is rebuilt, never misread
+INDEX_DIR_PREFIX = ".index"  # every version's, e.g. the .index2 an earlier release left beside the rows
 
 
 class SegmentIndex:

@@ -133,6 +133,9 @@ def _cli(module: str, *args: str, env: dict[str, str] | None = None) -> subproce
 def test_pack_then_upload_a_return(hub, pool_root, tmp_path):
     valid_store(pool_root)
     (pool_root / "logs" / "client_s1_gpu0.log").write_text("step 1 done\n")
+    stale = pool_root / "results" / "pool" / "step1" / ".index2" / "seg-old"  # an earlier release's index
+    stale.mkdir(parents=True)
+    (stale / "0-10.parquet").write_bytes(b"PAR1")
     out = _cli("pack", "--root", str(pool_root))
     assert out.returncode == 0, out.stderr
     name = pack_name()
@@ -145,7 +148,7 @@ def test_pack_then_upload_a_return(hub, pool_root, tmp_path):
     assert "logs/client_s1_gpu0.log" in names and "logs/pool_audit.txt" in names
     assert any(n.startswith("results/pool/step1/") for n in names)
     assert any(n.startswith("results/pool/step2/") for n in names)
-    assert not any(".index3" in n for n in names) and not any(n.startswith("items") for n in names)
+    assert not any(".index" in n for n in names) and not any(n.startswith("items") for n in names)
 
     dry = _cli("upload", str(tar_path), "--dry-run")
     assert dry.returncode == 0, dry.stderr

@@ -46,6 +46,11 @@ def test_the_chain_rule():
 def test_the_step_graph():
     assert [P.next_step(s) for s in (1, 2, 3)] == [2, 3, None]
     assert [P.prev_step(s) for s in (1, 2, 3)] == [None, 1, 2]
+    assert P.model_groups() == [(1, 2), (3,)]  # the 8B answers steps 1-2, the 2B step 3: two server types
+    assert [P.model_group(s) for s in (1, 2, 3)] == [(1, 2), (1, 2), (3,)]
+    one = P.model_copy(update={"steps": {**P.steps, 3: P.steps[3].model_copy(update={"model": P.steps[1].model,
+                       "revision": P.steps[1].revision, "served_name": P.steps[1].served_name})}})  # fmt: skip
+    assert one.model_groups() == [(1, 2, 3)]  # one model for every step: one server type
 
 
 def test_eligible_is_the_chain_rule_over_the_store(pool_root):
