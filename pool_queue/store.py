@@ -2,10 +2,9 @@
 
 Layout under the results root: `step{N}/seg-<writer>.jsonl`, one segment per writer process, so
 no two processes append to one file; a batch of rows is written, flushed and fsynced before its
-job is acknowledged. Readers keep a column index per segment (`segment_index`), so a re-read parses only what was
-appended since. Duplicates
-(a job re-run after a crash) are resolved at read time: per (step, item_id) an ok row beats an
-error row, and among equals the earliest wins.
+job is acknowledged. Readers keep a column index per segment (`segment_index`), so a re-read
+parses only what was appended since. Duplicates (a job re-run after a crash) are resolved at read
+time: per (step, item_id) an ok row beats an error row, and among equals the earliest wins.
 """
 
 from __future__ import annotations
