@@ -30,6 +30,7 @@ from rq.registry import FinishedJobRegistry, StartedJobRegistry
 from rq.results import Result
 from rq.serializers import JSONSerializer
 from rq.utils import now, utcformat
+from rq.worker import BaseWorker
 
 from .queue import RESULT_TTL_S, ChunkJob, Screen
 
@@ -165,14 +166,22 @@ def _owned(conn: Redis, lease: Lease, then: Callable[[Pipeline], object]) -> boo
     return ours
 
 
+def _working_time(worker: BaseWorker, job: Job, p: Pipeline) -> None:
+    if job.started_at is not None:
+        worker.increment_total_working_time(now() - job.started_at, pipeline=p)
+
+
 def _not_ours(lease: Lease) -> None:
     log.warning("job %s is no longer ours (rescued, re-created or flushed meanwhile): left as it is", lease.job.id)
 
 
-def finish(screen: Screen, lease: Lease, follow: list[str], next_step: int | None) -> bool:
+def finish(
+    screen: Screen, lease: Lease, follow: list[str], next_step: int | None, worker: BaseWorker | None = None
+) -> bool:
     """Acknowledge, and queue the survivors for `next_step`, in one transaction: call only after the
     job's rows are on disk. The follow-up is queued even when the job is no longer ours (its rows are
-    on disk), once per parent; the acknowledgement only when it is. False when it was not ours."""
+    on disk), once per parent; the acknowledgement only when it is. False when it was not ours.
+    `worker`'s own counts (`rq info`, rq-dashboard) move in the same transaction."""
     job, registry = lease.job, lease.job.started_job_registry
     fid = screen.followup_id(next_step, job.id) if next_step is not None and follow else None
     watch = [job.key, registry.key, *([Job.key_for(fid)] if fid else [])]
@@ -190,6 +199,9 @@ def finish(screen: Screen, lease: Lease, follow: list[str], next_step: int | Non
             p.hset(job.key, "ended_at", utcformat(job.ended_at))
             FinishedJobRegistry(queue=lease.queue).add(job, RESULT_TTL_S, pipeline=p)
             p.expire(job.key, RESULT_TTL_S)
+            if worker is not None:
+                worker.increment_successful_job_count(pipeline=p)
+                _working_time(worker, job, p)
         return ours
 
     ours = _transact(screen.conn, txn, *watch)
@@ -204,7 +216,9 @@ def give_back(conn: Redis, lease: Lease) -> bool:
     return _owned(conn, lease, lambda p: lease.queue.enqueue_job(lease.job, pipeline=p, at_front=True))
 
 
-def fail(conn: Redis, lease: Lease, reason: str, worker_name: str, max_failures: int) -> bool:
+def fail(
+    conn: Redis, lease: Lease, reason: str, worker_name: str, max_failures: int, worker: BaseWorker | None = None
+) -> bool:
     """A run of the job raised: back on its queue, or after `max_failures` into RQ's failed registry
     with the reason (`rq info` counts it; `pool-status` shows it). True when it is failed for good."""
     job = lease.job
@@ -213,6 +227,9 @@ def fail(conn: Redis, lease: Lease, reason: str, worker_name: str, max_failures:
 
     def then(p: Pipeline) -> None:
         p.hset(job.key, "meta", job.serializer.dumps(job.meta))
+        if worker is not None:
+            worker.increment_failed_job_count(pipeline=p)
+            _working_time(worker, job, p)
         if final:
             job.ended_at = now()
             job.set_status(JobStatus.FAILED, pipeline=p)

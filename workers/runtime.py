@@ -233,7 +233,7 @@ class Worker:
             dumped = [r.model_dump(mode="json") for r in rows]
             await asyncio.to_thread(self._writer(step).write, dumped)  # on disk before the ack
             follow = await asyncio.to_thread(self._follow_up, step, rows, skip)
-            await self.link.call(leases.finish, self.screen, lease, follow, self.protocol.next_step(step))
+            await self.link.call(leases.finish, self.screen, lease, follow, self.protocol.next_step(step), self.rq)
             self.count.jobs += 1
             self.metrics.jobs.inc()
         except ServerMisconfigured as e:  # no item is at fault: the job goes back untouched
@@ -245,7 +245,7 @@ class Worker:
             reason = f"{type(e).__name__}: {e}"
             self.last_error = f"job {lease.job.id}: {reason}"[:300]
             log.exception("%s: job %s raised (run %d)", self.name, lease.job.id, lease.failures + 1)
-            final = await self._end(leases.fail, self.conn, lease, reason, self.name, self.timing.max_failures)
+            final = await self._end(leases.fail, self.conn, lease, reason, self.name, self.timing.max_failures, self.rq)
             if final:
                 log.error("%s: job %s failed %d times: in the failed registry", self.name, lease.job.id, lease.failures)
         finally:

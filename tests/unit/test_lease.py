@@ -29,9 +29,9 @@ def take(screen: Screen, step: int = 1, lease_s: int = 30, name: str = "w") -> l
     return got
 
 
-def rq_info(url: str) -> str:
+def rq_info(url: str, *flags: str) -> str:
     out = subprocess.run(
-        [sys.executable, "-m", "rq.cli", "info", "--url", url, "--serializer", "rq.serializers.JSONSerializer"],
+        [sys.executable, "-m", "rq.cli", "info", "--url", url, "--serializer", "rq.serializers.JSONSerializer", *flags],
         capture_output=True,
         text=True,
         timeout=60,
@@ -58,6 +58,23 @@ def test_every_field_written_is_readable_by_rq_and_rq_info(screen: Screen, redis
     follow = screen.payloads([screen.followup_id(2, held.job.id)])
     assert [c.items for c in follow.values()] == [["item-000"]]
     assert "0 executing, 1 finished, 0 failed" in rq_info(redis_url)
+
+
+def test_the_workers_own_counts_move_with_each_end_of_a_job(screen: Screen, redis_url: str) -> None:
+    """`rq info` and rq-dashboard read RQ's per-worker counts: a finish counts once, a failed run once, a
+    late acknowledgement (the job was not ours any more) not at all."""
+    screen.enqueue_chunks(1, IDS, 5)
+    w = Worker([screen.queue(1)], name="w.host.c0ffee", connection=screen.conn, serializer=JSONSerializer)
+    w.register_birth()
+    first, second = take(screen, name=w.name), take(screen, name=w.name)
+    assert lease.finish(screen, first, [], 2, w)
+    assert not lease.fail(screen.conn, second, "KeyError: x", w.name, max_failures=3, worker=w)  # re-queued
+    again = take(screen, name=w.name)
+    assert again.job.id == second.job.id
+    assert not lease.finish(screen, second, [], 2, w)  # the first run's late ack: not ours, not counted
+    w.refresh()
+    assert (w.successful_job_count, w.failed_job_count) == (1, 1) and w.total_working_time >= 0
+    assert "jobs: 1 finished, 1 failed" in rq_info(redis_url, "-W")
 
 
 def test_a_finished_job_back_on_its_queue_is_passed_over(screen: Screen) -> None:
