@@ -38,13 +38,14 @@ class StepStatus(BaseModel):
     errors: int  # items whose winning row is an error
     remaining: int  # eligible - done: the run package's REMAINING_TOTAL
     queued_jobs: int | None  # None: Redis unreachable
-    queued_items: int | None
+    queued_items: int | None  # eligible items still to do whose job waits (disjoint from done and running)
     running_jobs: int | None
-    running_items: int | None
+    running_items: int | None  # eligible items still to do whose job runs now
     failed_jobs: int | None  # failed for good (RQ's failed registry); pool-enqueue --retry-failed re-runs them
     items_per_s_1m: float
     items_per_s_5m: float
-    eta_s: float | None  # remaining / the 5-minute rate; None when nothing moves
+    eta_s: float | None  # remaining / the 5-minute rate; None when nothing moves or no worker takes the step
+    workers: int | None = None  # live workers taking this step (None: Redis unreachable)
     prefix_cache_hit_rate: float | None = None  # vLLM's, over the step's prompt tokens (prefix_cache.py)
 
 
@@ -77,21 +78,24 @@ class StatusReader:
     conn: redis.Redis
     protocol: Protocol
     probe_health: bool = True
-    _job_sizes: dict[str, int] = field(default_factory=dict)
+    _job_items: dict[str, pa.Array] = field(default_factory=dict)
 
     def read(self) -> RunStatus:
         now = time.time()
         redis_error = None
-        queues: dict[int, tuple[int, int, int, int, int]] = {}
+        queues: dict[int, Held] = {}
         workers: list[WorkerStatus] = []
         failed: list[FailedJob] = []
         others: list[str] = []
         screen = screen_of(self.store, self.conn)
         try:
             if screen is not None:
-                for step, q in screen.snapshot(sorted(self.protocol.steps)).items():
+                jobs = screen.snapshot(sorted(self.protocol.steps))
+                held = {j for q in jobs.values() for j in (*q.waiting, *q.moving, *q.running)}
+                self._job_items = {j: a for j, a in self._job_items.items() if j in held}  # ended jobs drop out
+                for step, q in jobs.items():
                     waiting = [*q.waiting, *q.moving]
-                    queues[step] = (
+                    queues[step] = Held(
                         len(waiting),
                         self._items_in(screen, waiting),
                         len(q.running),
@@ -109,8 +113,10 @@ class StatusReader:
             for w in workers:
                 w.health = health[w.server]
         cache = prefix_cache.read(self.store.root)
+        idle = Held(0, _NONE, 0, _NONE, 0) if screen is None else None
+        taking = None if redis_error else {s: sum(s in w.steps for w in workers) for s in self.protocol.steps}
         steps = [
-            self._step(step, now, queues.get(step, (0, 0, 0, 0, 0) if screen is None else None), cache.get(step))
+            self._step(step, now, queues.get(step, idle), cache.get(step), taking[step] if taking else None)
             for step in sorted(self.protocol.steps)
         ]
         return RunStatus(
@@ -125,16 +131,18 @@ class StatusReader:
         )
 
     def _step(
-        self, step: int, now: float, q: tuple[int, int, int, int, int] | None, cache: prefix_cache.StepCache | None
+        self, step: int, now: float, q: Held | None, cache: prefix_cache.StepCache | None, workers: int | None
     ) -> StepStatus:
         elig = eligible(self.protocol, step, self.items.items, self.store, self.frames_dir).column("item_id")
         w = self.store.winners(step)
         w = w.filter(pc.is_in(w.column("item_id"), value_set=elig))
         ok = pc.equal(w.column("status"), "ok")
-        done = pc.sum(pc.is_in(elig, value_set=self.store.settled(step))).as_py() or 0
+        held = q or Held(0, _NONE, 0, _NONE, 0)
+        done, queued, running = split(elig, self.store.settled(step), held.running, held.queued)
         finished = w.column("finished_at")
         rates = [_count(pc.greater_equal(finished, now - win)) / _span(finished, now, win) for win in WINDOWS_S]
         remaining = len(elig) - done
+        moving = rates[1] > 0 and remaining and workers != 0
         return StepStatus(
             step=step,
             eligible=len(elig),
@@ -143,22 +151,49 @@ class StatusReader:
             removed=_count(pc.and_(ok, pc.fill_null(w.column("removed"), False))),
             errors=w.num_rows - _count(ok),
             remaining=remaining,
-            queued_jobs=q[0] if q else None,
-            queued_items=q[1] if q else None,
-            running_jobs=q[2] if q else None,
-            running_items=q[3] if q else None,
-            failed_jobs=q[4] if q else None,
+            queued_jobs=q.queued_jobs if q else None,
+            queued_items=queued if q else None,
+            running_jobs=q.running_jobs if q else None,
+            running_items=running if q else None,
+            failed_jobs=q.failed_jobs if q else None,
             items_per_s_1m=rates[0],
             items_per_s_5m=rates[1],
-            eta_s=remaining / rates[1] if rates[1] > 0 and remaining else None,
+            eta_s=remaining / rates[1] if moving else None,
+            workers=workers,
             prefix_cache_hit_rate=cache.rate if cache else None,
         )
 
-    def _items_in(self, screen: Screen, job_ids: list[str]) -> int:
-        missing = [j for j in job_ids if j not in self._job_sizes]
+    def _items_in(self, screen: Screen, job_ids: list[str]) -> pa.Array:
+        """The items of these jobs (a job id is a content hash: its items never change, so they are cached)."""
+        missing = [j for j in job_ids if j not in self._job_items]
         for jid, chunk in screen.payloads(missing).items():
-            self._job_sizes[jid] = len(chunk.items)
-        return sum(self._job_sizes.get(j, 0) for j in job_ids)
+            self._job_items[jid] = pa.array(chunk.items, pa.string())
+        parts = [self._job_items[j] for j in job_ids if j in self._job_items]
+        return pa.concat_arrays(parts) if parts else _NONE
+
+
+_NONE = pa.array([], pa.string())
+
+
+@dataclass(frozen=True)
+class Held:
+    """One step's jobs in Redis: counts of jobs, and the items of the waiting and the running ones."""
+
+    queued_jobs: int
+    queued: pa.Array
+    running_jobs: int
+    running: pa.Array
+    failed_jobs: int
+
+
+def split(elig: pa.Array, settled: pa.Array, running: pa.Array, queued: pa.Array) -> tuple[int, int, int]:
+    """(done, queued, running) as disjoint counts of eligible items, so done + queued + running <= eligible:
+    a job's items that already have rows (a re-run, a recovery) or are also in a running job (a rescued
+    job running twice) count once, where they are furthest on."""
+    is_done = pc.is_in(elig, value_set=settled)
+    is_running = pc.and_(pc.invert(is_done), pc.is_in(elig, value_set=running))
+    is_queued = pc.and_(pc.invert(pc.or_(is_done, is_running)), pc.is_in(elig, value_set=queued))
+    return _count(is_done), _count(is_queued), _count(is_running)
 
 
 def _count(mask: pa.ChunkedArray | pa.Array) -> int:

@@ -18,7 +18,7 @@ from rich.text import Text
 
 from ..cli import load_protocol, parser, reports_errors, settings
 from ..items import load_items
-from ..status import RunStatus, StatusReader
+from ..status import RunStatus, StatusReader, StepStatus
 from ..store import Store
 
 
@@ -39,6 +39,17 @@ def _n(v: int | None) -> str:
 
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.0f}%"
+
+
+def idle(s: StepStatus) -> bool:
+    """Work left, and no live worker takes the step: nothing moves, whatever the last rate was."""
+    return s.workers == 0 and s.remaining > 0
+
+
+def eta(s: StepStatus) -> str:
+    if s.eligible and not s.remaining:
+        return "done"
+    return "no workers" if idle(s) else duration(s.eta_s)
 
 
 def _table(title: str | None, cols: tuple[str, ...], right: bool = True) -> Table:
@@ -66,10 +77,12 @@ def render(st: RunStatus) -> Group:
             _n(s.queued_items),
             _n(s.running_items),
             f"{s.items_per_s_5m:.1f}",
-            "done" if s.eligible and not s.remaining else duration(s.eta_s),
+            "-" if idle(s) else eta(s),
             _pct(s.prefix_cache_hit_rate),
         )
     parts: list[Table | Text | str] = [head, steps, "cache: vLLM prefix-cache hits (share of prompt tokens)"]
+    if stalled := [str(s.step) for s in st.steps if idle(s)]:
+        parts.append(f"[yellow]step {', '.join(stalled)}: work left and no workers, so no ETA[/]")
     if st.redis_error:
         parts.append(f"[red]Redis unreachable: {st.redis_error}[/] (queue columns unknown)")
     if st.failed:
@@ -102,7 +115,7 @@ def plain_lines(st: RunStatus) -> str:
     return "\n".join(
         f"{clock} step {s.step}: done {s.done:,}/{s.eligible:,}, removed {s.removed:,}, errors {s.errors:,}, "
         f"queued {_n(s.queued_items)}, running {_n(s.running_items)}, {s.items_per_s_5m:.1f}/s, "
-        f"ETA {'done' if s.eligible and not s.remaining else duration(s.eta_s)}, "
+        f"ETA {eta(s)}, "
         f"prefix-cache hits {_pct(s.prefix_cache_hit_rate)}; workers {len(st.workers)}"
         for s in st.steps
     )

@@ -55,6 +55,8 @@ class Stats:
     success: int = 0
     requests: int = 0
     running_seconds: float = 0.0  # integral of `running` over time: mean occupancy = d(this)/dt
+    peak_running: int = 0  # the capacity model's own counts: a test checks them, not a wall-clock rate
+    peak_waiting: int = 0
     _mark: float = field(default_factory=time.monotonic)
 
     def tick(self) -> None:
@@ -155,6 +157,8 @@ class SimServer:
             f'vllm:request_success_total{{finished_reason="length",model_name="{self.cfg.served_name}"}} {s.success}',
             f"pool_sim:requests_total{label} {s.requests}",
             f"pool_sim:running_seconds_total{label} {s.running_seconds:.6f}",
+            f"pool_sim:running_peak{label} {s.peak_running}",
+            f"pool_sim:waiting_peak{label} {s.peak_waiting}",
         ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
@@ -233,10 +237,13 @@ class SimServer:
         prof = self.cfg.profile
         busy = (prof.base_latency_s + cost_tokens * self.cfg.max_num_seqs / prof.tokens_per_s) / self.cfg.speed
         s.waiting += 1
+        if self._slots.locked():  # it waits for a slot
+            s.peak_waiting = max(s.peak_waiting, s.waiting)
         async with self._slots:
             s.waiting -= 1
             s.tick()
             s.running += 1
+            s.peak_running = max(s.peak_running, s.running)
             try:
                 await asyncio.sleep(busy)
             finally:
