@@ -6,13 +6,15 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn, ParamSpec
 
+import redis
 from pydantic import ValidationError
 
-from .errors import PoolError
+from .errors import PoolError, SetupError
 from .protocol import Protocol
 from .settings import Settings, load_settings
 
@@ -45,13 +47,28 @@ def fail(msg: str, code: int = 2) -> NoReturn:
     raise SystemExit(code)
 
 
+def output_dir(path: Path, flag: str = "--out") -> Path:
+    """A folder a command may write into, made if absent; else one line naming it (SetupError, exit 2):
+    a file where the folder should be, a path that cannot be made, a folder that takes no file."""
+    if path.exists() and not path.is_dir():
+        raise SetupError(f"{flag} {path}: a file is there, not a folder; choose another {flag}")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        raise SetupError(f"{flag} {path}: cannot write there ({e.strerror or e})") from None
+    return path
+
+
 def load_protocol(s: Settings) -> Protocol:
     """The protocol in force (built-in v1 or --protocol-file); a broken file raises ProtocolError."""
     return Protocol.load(s.protocol_file)
 
 
 def reports_errors(main: Callable[P, None]) -> Callable[P, None]:
-    """A command's entry point: a PoolError becomes one line on stderr and exit 2, never a traceback."""
+    """A command's entry point: a PoolError, or Redis refusing our password, becomes one line on stderr
+    and exit 2, never a traceback. A refused password is never waited out: no wait would help."""
 
     @functools.wraps(main)
     def run(*args: P.args, **kwargs: P.kwargs) -> None:
@@ -59,5 +76,11 @@ def reports_errors(main: Callable[P, None]) -> Callable[P, None]:
             main(*args, **kwargs)
         except PoolError as e:
             fail(str(e))
+        except OSError as e:  # a disk that filled up or turned read-only under us: name it, not a traceback
+            if e.errno is None or isinstance(e, ConnectionError | TimeoutError):
+                raise
+            fail(f"{e.strerror or e}" + (f": {e.filename}" if e.filename else ""))
+        except redis.AuthenticationError as e:
+            fail(f"Redis refused the password ({e}); check REDIS_PASSWORD or the URL")
 
     return run

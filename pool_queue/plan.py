@@ -4,6 +4,7 @@ follow-up job use. All set operations are pyarrow column operations."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +42,29 @@ def eligible(protocol: Protocol, step: int, items: pa.Table, store: Store, frame
     return cols.filter(pc.is_in(cols.column("item_id"), value_set=pa.array(ids, pa.string())))
 
 
+def reachable(protocol: Protocol, step: int, items: pa.Table, store: Store, frames_dir: Path) -> pa.Array:
+    """Items eligible for `step`, plus those that may still become so: items not yet settled at an
+    earlier step they reach (that have frames, where the step needs them). An upper bound, as the run
+    package's "upper bound 183,196" for step 2; it equals eligible once the steps before are complete."""
+    cols = items.select(["item_id", "video_id"])
+    cur = cols.column("item_id").combine_chunks()
+    with_frames: pa.Array | None = None
+    prev, chain = protocol.prev_step(step), [step]
+    while prev is not None:
+        chain.insert(0, prev)
+        prev = protocol.prev_step(prev)
+    ids = cols.column("item_id")
+    for before, s in itertools.pairwise(chain):
+        open_ = pc.and_(pc.is_in(ids, value_set=cur), pc.invert(pc.is_in(ids, value_set=store.settled(before))))
+        unsettled = cols.filter(open_)
+        if protocol.steps[s].frames != "none":
+            with_frames = frame_videos(frames_dir) if with_frames is None else with_frames
+            unsettled = unsettled.filter(pc.is_in(unsettled.column("video_id"), value_set=with_frames))
+        passed = eligible(protocol, s, items, store, frames_dir).column("item_id").combine_chunks()
+        cur = pc.unique(pa.concat_arrays([passed, unsettled.column("item_id").combine_chunks()]))
+    return cur
+
+
 @dataclass(frozen=True)
 class Plan:
     step: int
@@ -48,6 +72,19 @@ class Plan:
     settled: int  # eligible items the store needs nothing more for
     pending: int  # eligible items already queued or running
     remaining: pa.Table  # to enqueue now
+    upper: int  # eligible items plus those that may still become so (`reachable`)
+    before: int | None  # the step whose survivors this one screens
+
+    @property
+    def remaining_total(self) -> int:
+        """The run package's REMAINING_TOTAL: 0 only when the step is truly complete (its eligible items
+        settled, and none can still come from an earlier step)."""
+        return int(self.upper - self.settled)
+
+    @property
+    def waits_on(self) -> int:
+        """Items that may still become eligible once the earlier steps finish."""
+        return int(self.upper - self.eligible.num_rows)
 
     def by_benchmark(self) -> list[tuple[str, int, int]]:
         """(benchmark, eligible, remaining) rows, sorted by benchmark."""
@@ -70,4 +107,6 @@ def make_plan(
     todo = pc.invert(pc.or_(settled, pending))
     # by video at every step: step 1's chunks then hold whole videos, so do the follow-ups they chain to
     remaining = elig.filter(todo).sort_by([("video_id", "ascending"), ("item_id", "ascending")])
-    return Plan(step, elig, pc.sum(settled).as_py() or 0, pc.sum(pending).as_py() or 0, remaining)
+    upper = len(reachable(protocol, step, items, store, frames_dir))
+    n_settled, n_pending = pc.sum(settled).as_py() or 0, pc.sum(pending).as_py() or 0
+    return Plan(step, elig, n_settled, n_pending, remaining, upper, protocol.prev_step(step))

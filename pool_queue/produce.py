@@ -36,14 +36,16 @@ class Produced:
 
     @property
     def remaining(self) -> int:
-        """The run package's REMAINING_TOTAL: eligible items the store has not settled."""
-        return int(self.plan.eligible.num_rows - self.plan.settled)
+        """The run package's REMAINING_TOTAL (`Plan.remaining_total`)."""
+        return self.plan.remaining_total
 
 
 def rescue_abandoned(protocol: Protocol, screen: Screen) -> int:
     """Jobs of dead workers back on their queues, for every step (once, before planning)."""
     try:
         return rescue(screen.conn, [screen.queue(n) for n in protocol.steps])
+    except redis.AuthenticationError:
+        raise
     except redis.RedisError as e:
         raise SetupError(f"cannot reach Redis: {e}") from e
 
@@ -74,6 +76,8 @@ def produce(
             q = screen.snapshot([step])[step]
             held = [i for c in screen.payloads([*q.pending, *q.failed]).values() for i in c.items]
             n_failed = len(q.failed)
+    except redis.AuthenticationError:
+        raise
     except redis.RedisError as e:
         if not plan_only:
             raise SetupError(f"cannot reach Redis: {e}") from e

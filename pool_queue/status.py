@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from . import prefix_cache, presence
 from .items import ItemSet
-from .plan import eligible
+from .plan import eligible, reachable
 from .protocol import Protocol
 from .queue import Screen, other_screens, screen_of
 from .store import Store
@@ -36,7 +36,7 @@ class StepStatus(BaseModel):
     ok: int
     removed: int
     errors: int  # items whose winning row is an error
-    remaining: int  # eligible - done: the run package's REMAINING_TOTAL
+    remaining: int  # the run package's REMAINING_TOTAL: eligible - done, plus what may still become eligible
     queued_jobs: int | None  # None: Redis unreachable
     queued_items: int | None  # eligible items still to do whose job waits (disjoint from done and running)
     running_jobs: int | None
@@ -106,6 +106,8 @@ class StatusReader:
                 live = presence.read_all(self.conn)
                 workers = [WorkerStatus(**w.model_dump()) for w in live if w.screen == screen.id]
             others = other_screens(self.conn, screen.id if screen else "")
+        except redis.AuthenticationError:
+            raise  # not an outage: the command says so (cli.reports_errors)
         except redis.RedisError as e:
             redis_error = str(e)
         if self.probe_health and workers:
@@ -115,10 +117,11 @@ class StatusReader:
         cache = prefix_cache.read(self.store.root)
         idle = Held(0, _NONE, 0, _NONE, 0) if screen is None else None
         taking = None if redis_error else {s: sum(s in w.steps for w in workers) for s in self.protocol.steps}
-        steps = [
-            self._step(step, now, queues.get(step, idle), cache.get(step), taking[step] if taking else None)
-            for step in sorted(self.protocol.steps)
-        ]
+        steps: list[StepStatus] = []
+        for step in sorted(self.protocol.steps):
+            open_before = bool(steps) and steps[-1].remaining > 0  # then this step's total is an upper bound
+            taken = taking[step] if taking else None
+            steps.append(self._step(step, now, queues.get(step, idle), cache.get(step), taken, open_before))
         return RunStatus(
             at=now,
             results=str(self.store.root),
@@ -131,7 +134,13 @@ class StatusReader:
         )
 
     def _step(
-        self, step: int, now: float, q: Held | None, cache: prefix_cache.StepCache | None, workers: int | None
+        self,
+        step: int,
+        now: float,
+        q: Held | None,
+        cache: prefix_cache.StepCache | None,
+        workers: int | None,
+        open_before: bool,
     ) -> StepStatus:
         elig = eligible(self.protocol, step, self.items.items, self.store, self.frames_dir).column("item_id")
         w = self.store.winners(step)
@@ -141,7 +150,8 @@ class StatusReader:
         done, queued, running = split(elig, self.store.settled(step), held.running, held.queued)
         finished = w.column("finished_at")
         rates = [_count(pc.greater_equal(finished, now - win)) / _span(finished, now, win) for win in WINDOWS_S]
-        remaining = len(elig) - done
+        upper = len(reachable(self.protocol, step, self.items.items, self.store, self.frames_dir)) if open_before else 0
+        remaining = max(upper, len(elig)) - done
         moving = rates[1] > 0 and remaining and workers != 0
         return StepStatus(
             step=step,

@@ -50,6 +50,8 @@ class RedisLink:
         while True:
             try:
                 out = await self._run(fn, *args)
+            except redis.AuthenticationError:
+                raise  # a wrong password: no wait would help (cli.reports_errors names it, exit 2)
             except OUTAGE as e:
                 self._down(e)
                 assert self.down_since is not None
@@ -65,6 +67,8 @@ class RedisLink:
         """`fn(*args)` once; None while Redis is unreachable (heartbeats, presence: the next one will do)."""
         try:
             out = await self._run(fn, *args)
+        except redis.AuthenticationError:
+            raise
         except OUTAGE as e:
             self._down(e)
             return None

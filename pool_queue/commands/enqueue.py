@@ -83,6 +83,10 @@ def show(con: Console, done: Produced, queue: str) -> None:
     con.print(
         f"eligible {plan.eligible.num_rows}, settled in store {plan.settled}, queued, running or failed {plan.pending}"
     )
+    if plan.waits_on:
+        before = f"step {plan.before}"
+        con.print(f"[yellow]step {step}: {before} is not complete: up to {plan.waits_on} more item(s) may become "
+                  f"eligible, so REMAINING_TOTAL is an upper bound until {before} finishes[/]")  # fmt: skip
     if done.failed:
         con.print(
             f"[yellow]step {step}: {done.failed} job(s) failed for good and are held (pool-status shows why); "

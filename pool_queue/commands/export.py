@@ -1,8 +1,9 @@
 """pool-export: write one row per item and step (the winners) as Parquet and merged JSONL.
 
 Output: <out>/results/pool/step{N}/step{N}.jsonl (the run package's layout, so a packed return reads
-as one row per item) and <out>/step{N}.parquet, every step with the same schema (rows.ROW_SCHEMA;
-README, "Exported data"), so `select * from '<out>/*.parquet'` reads all steps at once.
+as one row per item) and <out>/parquet/step{N}.parquet, every step with the same schema
+(rows.ROW_SCHEMA; README, "Exported data"), in a folder of their own so that `<out>/parquet` reads as
+one dataset (duckdb, pyarrow.dataset, pandas).
 """
 
 from __future__ import annotations
@@ -12,20 +13,28 @@ from pathlib import Path
 import orjson
 import pyarrow.parquet as pq
 
-from ..cli import fail, load_protocol, parser, reports_errors, settings
+from ..cli import fail, load_protocol, output_dir, parser, reports_errors, settings
+from ..errors import SetupError
 from ..rows import to_arrow
 from ..store import STAMP, Store
+
+PARQUET = "parquet"  # <out>/parquet/step{N}.parquet: the Parquet files alone, one dataset
 
 
 def export(store: Store, steps: list[int], out: Path) -> dict[int, int]:
     counts = {}
+    (out / PARQUET).mkdir(parents=True, exist_ok=True)
     for step in steps:
         rows = store.read_rows(step, store.winners(step))
         d = out / "results" / "pool" / f"step{step}"
         d.mkdir(parents=True, exist_ok=True)
-        with (d / f"step{step}.jsonl").open("wb") as f:
-            f.write(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-        pq.write_table(to_arrow(rows), out / f"step{step}.parquet")  # an empty step too: the schema is known
+        jsonl, parquet = d / f"step{step}.jsonl", out / PARQUET / f"step{step}.parquet"
+        try:
+            with jsonl.open("wb") as f:
+                f.write(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+            pq.write_table(to_arrow(rows), parquet)  # an empty step too: the schema is known
+        except OSError as e:  # a full disk: pyarrow's errors name no file
+            raise SetupError(f"cannot write the export under {out}: {e.strerror or e}") from None
         counts[step] = len(rows)
     return counts
 
@@ -41,6 +50,8 @@ def main(argv: list[str] | None = None) -> None:
         fail("--out must differ from the results root")
     if not (s.results_dir / STAMP).is_file():
         fail(f"no results to export: {s.results_dir} holds no screen (check --root / --results)")
-    counts = export(Store(s.results_dir, protocol.fingerprint), sorted(protocol.steps), a.out)
+    counts = export(Store(s.results_dir, protocol.fingerprint), sorted(protocol.steps), output_dir(a.out))
     for step, n in counts.items():
-        print(f"step {step}: {n} rows -> {a.out}/step{step}.parquet, {a.out}/results/pool/step{step}/step{step}.jsonl")
+        print(f"step {step}: {n} rows -> {a.out}/{PARQUET}/step{step}.parquet, "
+              f"{a.out}/results/pool/step{step}/step{step}.jsonl")  # fmt: skip
+    print(f"all steps as one table: duckdb -c \"select * from '{a.out}/{PARQUET}/*.parquet'\"")

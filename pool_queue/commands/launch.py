@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from huggingface_hub.errors import LocalEntryNotFoundError
-from redis import RedisError
+from redis import AuthenticationError, RedisError
 
 from ..cli import fail, load_protocol, parser, reports_errors, settings
 from ..launch import (
@@ -179,6 +179,8 @@ def _supervise(
     def work_left() -> bool:
         try:
             return screen.busy(served)
+        except AuthenticationError:
+            raise
         except RedisError:  # Redis away: its work is still there
             return True
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..cli import fail, load_protocol, parser, reports_errors, settings
+from ..cli import fail, load_protocol, output_dir, parser, reports_errors, settings
 from ..pack import pack, pack_name
 from .audit import audit_results, summary
 
@@ -23,6 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--force", action="store_true", help="pack even if the audit finds problems")
     a = p.parse_args(argv)
     s = settings(a)
+    out = output_dir(a.out) if a.out else s.results_dir.resolve().parent.parent  # a bad --out before the audit
     found = audit_results(s)
     text = summary(found)
     print(text)
@@ -30,7 +31,6 @@ def main(argv: list[str] | None = None) -> None:
         fail("the audit found problems (above): fix them, or pack anyway with --force", code=1)
     s.logs_dir.mkdir(parents=True, exist_ok=True)
     (s.logs_dir / "pool_audit.txt").write_text(text + "\n")
-    out = a.out or s.results_dir.resolve().parent.parent
     try:
         steps = sorted(load_protocol(s).steps)
         tar_path, sha_path = pack(s.results_dir, s.logs_dir, steps, out, a.name or pack_name())

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import plots, prefix_cache
-from ..cli import load_protocol, parser, reports_errors, settings
+from ..cli import load_protocol, output_dir, parser, reports_errors, settings
 from ..items import ItemSet, load_items
 from ..protocol import Protocol
 from ..report import (
@@ -126,7 +126,7 @@ def markdown(reps: dict[int, StepReport], items: ItemSet, protocol: Protocol, re
 
 def write_report(store: Store, items: ItemSet, protocol: Protocol, out: Path) -> Path:
     reps = all_steps(store, items, protocol)
-    out.mkdir(parents=True, exist_ok=True)
+    output_dir(out)
     plots.removal_by_benchmark(reps, out / PLOTS[0])
     plots.margins(reps, protocol.margin_threshold, out / PLOTS[1])
     plots.picked_letters(reps, out / PLOTS[2])

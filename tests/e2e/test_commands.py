@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import duckdb
+import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
@@ -86,7 +87,7 @@ def test_demo_runs_the_whole_screen(tmp_path):
     export = run("pool-export", "--out", "export")
     assert export.returncode == 0, export.stderr
     lines = (tmp_path / "export" / "results" / "pool" / "step1" / "step1.jsonl").read_text().splitlines()
-    assert len(lines) == 150 and "export/step3.parquet" in export.stdout
+    assert len(lines) == 150 and "export/parquet/step3.parquet" in export.stdout
     _export_reads_as_one_table(tmp_path / "demo", tmp_path / "export")
     # the demo ends with an audit and a report of the finished screen, with the same items/s
     assert "audit: " in out.stdout and ": OK," in out.stdout
@@ -148,12 +149,13 @@ def test_a_root_that_does_not_exist_is_refused_and_nothing_is_written(tmp_path):
 def _export_reads_as_one_table(root: Path, out: Path) -> None:
     """Every step's Parquet file has the one schema: duckdb, pyarrow and pandas read them together, and
     a per-benchmark removal query gives the report's numbers."""  # (pandas reads what pyarrow reads)
-    files = sorted(out.glob("step*.parquet"))
+    files = sorted((out / "parquet").glob("step*.parquet"))
     assert [pq.read_schema(f) for f in files] == [ROW_SCHEMA] * 3
     both = pa.concat_tables(pq.read_table(f) for f in files)
     assert both.num_rows == sum(len(f.read_text().splitlines()) for f in out.rglob("step*.jsonl"))
-    assert ds.dataset([str(f) for f in files], format="parquet").count_rows() == both.num_rows
-    glob = f"{out}/*.parquet"
+    assert ds.dataset(str(out / "parquet"), format="parquet").count_rows() == both.num_rows  # the folder: one dataset
+    assert len(pd.read_parquet(out / "parquet")) == both.num_rows
+    glob = f"{out}/parquet/*.parquet"
     query = "select step, benchmark, count(*), sum(removed::int) from '{}' where status = 'ok' "
     query += "group by all order by 1, 2"
     got = duckdb.sql(query.format(glob)).fetchall()
