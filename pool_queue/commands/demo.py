@@ -1,12 +1,15 @@
 """pool-demo: the whole screen on this machine: synthetic pool, embedded Redis, simulated vLLM servers
 (two 8B, one 2B), one worker per server, all three steps chained, live progress with ETA, summary.
 
-Every process it starts is stopped on exit, Ctrl-C included.
+Every process it starts is stopped on exit, Ctrl-C included. Run again, it resumes: its Redis keeps an
+append-only file under the demo folder, and every step that has work is enqueued (as
+`pool-enqueue --step all` does), so the rows already on disk are kept and the rest is screened.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -17,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..audit import run_audit
-from ..cli import reports_errors
+from ..cli import fail, reports_errors
 from ..items import ItemSet, load_items
 from ..plan import eligible
 from ..procs import Procs, free_port, wait_health
@@ -34,14 +37,16 @@ from .report import write_report
 from .status import duration
 
 ENV_MARK = "# written by pool-demo: bare pool-* commands in this folder find the demo; delete it to stop that\n"
+SHAPE = ".pool-demo.json"  # the pool's size as generated: flags that ask for another size are refused
+DEFAULT_SHAPE = {"items": 2000, "videos": 300}
 
 
 @reports_errors
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="pool-demo", description=__doc__)
     p.add_argument("--root", type=Path, default=Path("demo-pool"), help="package root (generated if absent)")
-    p.add_argument("--items", type=int, default=2000)
-    p.add_argument("--videos", type=int, default=300)
+    p.add_argument("--items", type=int, help=f"items of a new pool (default {DEFAULT_SHAPE['items']})")
+    p.add_argument("--videos", type=int, help=f"videos of a new pool (default {DEFAULT_SHAPE['videos']})")
     p.add_argument("--speed", type=float, default=4.0, help="simulated GPUs run this many times faster than an H200")
     p.add_argument("--fresh", action="store_true", help="start a new results root (keep the pool)")
     a = p.parse_args(argv)
@@ -53,10 +58,27 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(130) from None
 
 
-def _demo(a: argparse.Namespace, con: Console) -> None:
+def _pool(a: argparse.Namespace, con: Console) -> None:
+    """Generate the pool, or check that the one there is the size asked for (one line if not, exit 2)."""
+    asked = {k: v for k, v in (("items", a.items), ("videos", a.videos)) if v is not None}
     if not (a.root / "items").exists():
-        con.print(f"generating a synthetic pool in {a.root} ({a.items} items, {a.videos} videos)...")
-        generate(a.root, SynthConfig(n_items=a.items, n_videos=a.videos))
+        shape = {**DEFAULT_SHAPE, **asked}
+        con.print(f"generating a synthetic pool in {a.root} ({shape['items']} items, {shape['videos']} videos)...")
+        generate(a.root, SynthConfig(n_items=shape["items"], n_videos=shape["videos"]))
+        (a.root / SHAPE).write_text(json.dumps(shape))
+        return
+    try:
+        have = json.loads((a.root / SHAPE).read_text())
+    except (OSError, ValueError):
+        have = None  # a pool the demo did not make: it is screened as it is
+    if asked and (have is None or any(have.get(k) != v for k, v in asked.items())):
+        size = f"{have['items']} items and {have['videos']} videos" if have else "a pool the demo did not make"
+        flags = " and ".join(f"--{k}" for k in asked)
+        fail(f"{a.root} already holds {size}: {flags} apply to a new pool; pass --root NEWDIR, or delete {a.root}")
+
+
+def _demo(a: argparse.Namespace, con: Console) -> None:
+    _pool(a, con)
     results = a.root / "results" / "pool"
     if a.fresh and results.exists():
         results = a.root / "results" / f"pool-{time.strftime('%Y%m%dT%H%M%S')}"
@@ -65,7 +87,7 @@ def _demo(a: argparse.Namespace, con: Console) -> None:
     store.claim()
     log_dir = a.root / "logs" / "demo"
     with Procs(log_dir) as procs:
-        redis_url = procs.redis(free_port(), a.root / "redis-data")
+        redis_url = procs.redis(free_port(), a.root / "redis-data", aof=True)  # a rerun resumes its queue
         speed = ["--speed", str(a.speed)]
         sims = [
             procs.sim("sim8b-0", free_port(), "--profile", "qwen3-vl-8b", *speed),
@@ -78,7 +100,7 @@ def _demo(a: argparse.Namespace, con: Console) -> None:
         env = _point_env_here(a.root, results, redis_url)
         print(_commands(a.root, results, redis_url, env, live=True), flush=True)  # whole lines: they are copied
         settings = load_settings(root=a.root, results=results, redis_url=redis_url)
-        enqueue.run_steps(settings, protocol, [min(protocol.steps)], plan_only=False, label=False)
+        enqueue.run_steps(settings, protocol, sorted(protocol.steps), plan_only=False)  # every step with work
         for i, url in enumerate(sims):
             procs.start(f"worker-{i}", [sys.executable, "-m", "workers.main", "--server", url, *common])
         con.print(f"workers started (logs in {log_dir}); screening...")

@@ -22,6 +22,7 @@ from pool_queue.protocol import Protocol
 from pool_queue.report import all_steps, by_benchmark, step_report
 from pool_queue.rows import ROW_SCHEMA
 from pool_queue.settings import load_settings
+from pool_queue.sim.reference import expected
 from pool_queue.store import Store
 
 SCRIPTS = [
@@ -99,23 +100,41 @@ def test_demo_runs_the_whole_screen(tmp_path):
     assert f"| {rate} |" in report and f" {rate} " in out.stdout.split("demo screen of", 1)[1]
 
 
-def test_ctrl_c_in_the_demo_stops_everything_without_a_traceback(tmp_path):
-    argv = [str(Path(sys.executable).parent / "pool-demo"), "--root", "demo", "--items", "400", "--videos", "40",
-            "--speed", "1"]  # fmt: skip
-    with subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
-        assert p.stdout is not None
-        for line in p.stdout:
-            if "workers started" in line:
-                break
-        time.sleep(4)  # the workers are busy
+def test_ctrl_c_during_step_3_then_the_demo_again_ends_with_every_step_complete(tmp_path):
+    """Ctrl-C stops everything cleanly; `pool-demo` again resumes (its Redis kept an append-only file, and
+    every step with work is enqueued) and ends with every step complete and the reference's verdicts."""
+    bindir = Path(sys.executable).parent
+    env = {k: v for k, v in os.environ.items() if k != "POOL_ENV_FILE"}
+    argv = [str(bindir / "pool-demo"), "--root", "demo", "--items", "600", "--videos", "60"]
+    step3 = tmp_path / "demo" / "results" / "pool" / "step3"
+    slow = [*argv, "--speed", "1"]  # step 3 begins while steps 1 and 2 still have work
+    with subprocess.Popen(slow, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as p:
+        while not any(f.stat().st_size for f in step3.glob("seg-*.jsonl")):  # step 3 has begun
+            assert p.poll() is None, p.communicate()
+            time.sleep(0.1)
         p.send_signal(signal.SIGINT)
-        rest, err = p.communicate(timeout=60)
+        rest, err = p.communicate(timeout=120)
     assert p.returncode == 130 and "Traceback" not in err and "interrupted" in rest, err[-2000:]
     logs = sorted((tmp_path / "demo" / "logs" / "demo").glob("worker-*.log"))
     assert len(logs) == 3
     for log in logs:  # each worker stopped while its server and Redis were still up
         text = log.read_text()
         assert "Traceback" not in text and "ConnectionError" not in text, text[-2000:]
+    root = tmp_path / "demo"
+    want = expected(root)
+    store = Store(root / "results" / "pool", Protocol().fingerprint)
+    assert sum(store.winners(s).num_rows for s in want) < sum(map(len, want.values()))  # stopped mid-screen
+    refused = subprocess.run([*argv[:3], "--items", "100"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "already holds 600 items and 60 videos: --items apply to a new pool" in refused.stderr, refused.stderr
+    again = subprocess.run([*argv, "--speed", "8"], cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert ": OK," in again.stdout, again.stdout[-3000:]
+    for step, items in want.items():
+        got = {r["item_id"]: r for r in store.read_rows(step, store.winners(step))}
+        assert {k: (r["status"], r["removed"]) for k, r in got.items()} == {k: ("ok", v[0]) for k, v in items.items()}
+    status = subprocess.run([str(bindir / "pool-status")], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert all(f"STEP={s} REMAINING_TOTAL=0" in status.stdout for s in (1, 2, 3)), status.stdout
 
 
 @pytest.mark.parametrize(
