@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -160,16 +161,26 @@ def _point_env_here(root: Path, results: Path, redis_url: str) -> Path | None:
     return env.resolve()
 
 
+def exe(name: str) -> str:
+    """How to call one of our console scripts from here, as written: its bare name where this shell finds
+    ours (an activated venv), else its path (a fresh shell after `make demo`)."""
+    ours = Path(sys.executable).parent / name
+    if shutil.which(name) == str(ours):
+        return name
+    return str(ours.relative_to(Path.cwd())) if ours.is_relative_to(Path.cwd()) else str(ours)
+
+
 def _commands(root: Path, results: Path, redis_url: str, env: Path | None, live: bool) -> str:
-    """The exact commands that work on this demo."""
+    """The exact commands that work on this demo, in a fresh shell too."""
     flags = f"--root {root} --results {results}"
     lines = [f"demo Redis: {redis_url}" + ("" if live else " (stopped with the demo)")]
     if live:
         lines += [
-            f"  rq info -u {redis_url} --serializer rq.serializers.JSONSerializer",
-            f"  pool-status --watch {flags} --redis-url {redis_url}",
+            f"  {exe('rq')} info -u {redis_url} --serializer rq.serializers.JSONSerializer",
+            f"  {exe('pool-status')} --watch {flags} --redis-url {redis_url}",
         ]
-    lines += [f"  pool-status {flags}", f"  pool-report {flags}", f"  pool-export {flags} --out demo-export"]
+    lines += [f"  {exe(c)} {flags}" for c in ("pool-status", "pool-report")]
+    lines.append(f"  {exe('pool-export')} {flags} --out demo-export")
     if env is not None:
         lines.append(f"{env} points bare commands here at the demo (`pool-status`, `pool-report`...)")
     return "\n".join(lines)

@@ -1,7 +1,6 @@
 """The console scripts as a user runs them."""
 
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -68,6 +67,7 @@ def test_demo_runs_the_whole_screen(tmp_path):
     commands in that folder find the demo; its items/s are the report's."""
     bindir = Path(sys.executable).parent
     env = {k: v for k, v in os.environ.items() if k != "POOL_ENV_FILE"}  # read the .env the demo writes
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if Path(p) != bindir)  # not activated
 
     def run(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(bindir / argv[0]), *argv[1:]], capture_output=True, text=True, timeout=timeout,
@@ -77,9 +77,19 @@ def test_demo_runs_the_whole_screen(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "demo screen of 150 items" in out.stdout and "REMAINING_TOTAL=150" in out.stdout
     assert "demo Redis: redis://127.0.0.1:" in out.stdout and "rq info -u redis://127.0.0.1:" in out.stdout
-    # the README's lines after a demo, as written: bare commands find the demo
+    # the README's lines after a demo, as written, in a fresh shell after the README's setup: bare commands
+    # find the demo; and the lines the demo printed work as printed, without that setup
+    fresh = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     for line in fenced_lines("afterwards the bare commands find the demo:"):
-        done = run(*shlex.split(line))
+        done = subprocess.run(["bash", "-c", f"source {bindir}/activate && {line}"], capture_output=True, text=True,
+                              timeout=120, cwd=tmp_path, env=fresh)  # fmt: skip
+        assert done.returncode == 0, (line, done.stderr[-2000:])
+    printed = out.stdout.split("(stopped with the demo)", 1)[1].splitlines()
+    printed = [line.strip() for line in printed if line.startswith("  ")]
+    assert len(printed) == 3 and all(line.startswith(str(bindir)) for line in printed), printed
+    for line in printed:
+        done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                              env=fresh)  # fmt: skip
         assert done.returncode == 0, (line, done.stderr[-2000:])
     # its Redis is gone: the queue columns are unknown, the rows are not
     status = run("pool-status")
