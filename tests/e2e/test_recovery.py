@@ -70,17 +70,27 @@ def test_killed_mid_job_after_heartbeats_the_job_runs_again_within_the_bound(sta
     status = readers_work(stack)  # mid-job, after many heartbeats: every reader answers
     assert [x["name"].split(".")[0] for x in status["workers"]] == ["victim"]
     assert set(running(stack)) == set(jobs)  # renewed leases: the readers' cleanup rescued nothing
+    # a live worker of another step: its rescue pass (every RESCUE_S, over every step's queue) is what
+    # the README's bound counts on, not the start-up time of a replacement on a loaded machine
+    bystander = stack.worker("bystander", stack.sim("sim2", "qwen3-vl-2b"), "--steps", "3", env=FAST)
+    while not any(x.name.startswith("bystander") for x in presence.read_all(stack.conn)):
+        assert bystander.poll() is None, stack.log("bystander")
+        time.sleep(0.1)
     w.send_signal(signal.SIGKILL)
     w.wait()
     killed_at = time.monotonic()
     old = {jid: j.worker_name for jid, j in jobs.items()}
+    beat = max(j.last_heartbeat.replace(tzinfo=UTC).timestamp() for j in running(stack).values())  # the victim's last
+    while set(old) & set(running(stack)):  # each job back on its queue (rescued), as Redis shows it
+        assert time.monotonic() - killed_at < 120, stack.log("bystander")
+        time.sleep(0.05)
+    back_s = time.time() - beat
+    assert back_s <= LEASE_S + RESCUE_S + 2.0, back_s  # README: lease + one rescue pass, from the last heartbeat
     readers_work(stack)
-    stack.worker("victim", url, "--steps", "1", "--burst", env=FAST)  # restarted at once, same name
+    stack.worker("victim", url, "--steps", "1", "--burst", env=FAST)  # restarted, same name
     while not any(jid in (now := running(stack)) and now[jid].worker_name != old[jid] for jid in old):
-        assert time.monotonic() - killed_at < 60, stack.log("victim")
+        assert time.monotonic() - killed_at < 180, stack.log("victim")
         time.sleep(0.1)
-    back_s = time.monotonic() - killed_at
-    assert back_s <= LEASE_S + RESCUE_S + 2.0, back_s  # README: lease + one rescue pass
     stack.wait_workers(["victim"], timeout=240)
     log = stack.log("victim", tail=10**6)
     assert "There exists an active worker" not in log
