@@ -2,7 +2,9 @@
 
 One rule decides whether a video has a frame folder (`video_folder`), for the planner, the worker,
 status and audit alike. A `video_id` is used only after a check that it is a plain name, and links
-must resolve inside the cache: no item can make a worker read outside it.
+must resolve inside the cache: no item can make a worker read outside it. No name in the cache can
+make a listing raise: a folder whose name is not valid UTF-8 (no item can name it), a link that loops
+or leads nowhere, an unreadable entry: each is "no usable frames" with a reason, or is skipped.
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from .errors import InputError
+from .text import is_utf8, printable
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
 MAX_ASPECT = 200  # Qwen-VL's image processor refuses a longer side over 200 times the shorter one
 DEFAULT_MAX_PIXELS = 50_000_000  # a frame larger than this is refused before it is decoded
+ORIENTATION = 0x0112  # the EXIF tag viewers rotate by
 _DIGITS = re.compile(r"([0-9]+)")  # ASCII digits only: int() of any match succeeds
 
 
@@ -38,6 +42,8 @@ def natural_key(name: str) -> tuple[tuple[tuple[int, int | str], ...], str]:
 def video_folder(frames_dir: Path, video_id: str) -> tuple[Path | None, str]:
     """The one rule for "this video has a frame folder", used by the planner, worker, status and
     audit: (folder, "") or (None, why not). Never raises; never leaves the frame cache."""
+    if not is_utf8(video_id):
+        return None, f"video folder {printable(video_id)!r}: its name is not valid UTF-8"
     if video_id.startswith("k:"):
         return None, f"video {video_id!r} is not downloaded (k: id)"
     if not video_id or video_id in (".", "..") or any(c in video_id for c in "/\\\x00") or ".." in video_id:
@@ -50,17 +56,20 @@ def video_folder(frames_dir: Path, video_id: str) -> tuple[Path | None, str]:
             return None, f"video folder {video_id!r} is a link leading outside the frame cache"
         if not d.is_dir():
             return None, f"no frame folder for video {video_id!r} in {frames_dir}"
-    except OSError as e:  # a name too long for the filesystem, no permission, a loop of links
+    except OSError as e:  # a name too long for the filesystem, no permission
         return None, f"frame folder of video {video_id[:80]!r} is unreadable ({e.strerror or e})"
+    except RuntimeError:  # Python 3.11's resolve() on a loop of links
+        return None, f"frame folder of video {video_id[:80]!r} is a loop of links"
     return d, ""
 
 
 def frame_videos(frames_dir: Path) -> pa.Array:
     """Names of the video folders in the cache that pass `video_folder` (one listing, one check each)."""
-    if not frames_dir.is_dir():
+    try:
+        with os.scandir(frames_dir) as it:
+            names = [e.name for e in it]
+    except OSError:  # no cache (yet), or one we may not read: no video has frames
         return pa.array([], pa.string())
-    with os.scandir(frames_dir) as it:
-        names = [e.name for e in it]
     return pa.array([n for n in names if video_folder(frames_dir, n)[0] is not None], pa.string())
 
 
@@ -75,7 +84,7 @@ def list_frames(folder: Path, frames_dir: Path | None = None) -> list[Path]:
         try:
             if not p.is_file() or (p.is_symlink() and not p.resolve().is_relative_to(inside)):
                 continue
-        except OSError:
+        except (OSError, RuntimeError):  # unreadable, or a loop of links
             continue
         out.append(p)
     return sorted(out, key=lambda p: natural_key(p.name))
@@ -86,12 +95,14 @@ def find_frames(frames_dir: Path, video_id: str) -> list[Path]:
     folder, why = video_folder(frames_dir, video_id)
     if folder is None:
         raise FrameError(why)
+    name = printable(str(folder))
     try:
         frames = list_frames(folder, frames_dir)
-    except OSError as e:
-        raise FrameError(f"{folder}: unreadable frame folder ({e.strerror or e})") from e
+    except (OSError, RuntimeError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise FrameError(f"{name}: unreadable frame folder ({why})") from e
     if not frames:
-        raise FrameError(f"{folder}: no usable frames (image files, not hidden, inside the frame cache)")
+        raise FrameError(f"{name}: no usable frames (image files, not hidden, inside the frame cache)")
     return frames
 
 
@@ -106,29 +117,34 @@ def _to_rgb(im: Image.Image) -> Image.Image:
 
 
 def prepare_jpeg(path: Path, long_side: int = 448, quality: int = 95, max_pixels: int = DEFAULT_MAX_PIXELS) -> bytes:
-    """JPEG bytes with the long side exactly `long_side`; a conforming RGB JPEG passes unchanged. A frame
-    that is unreadable, larger than `max_pixels`, or too elongated for the model is a FrameError."""
+    """JPEG bytes with the long side exactly `long_side`, upright (EXIF orientation applied, as viewers
+    show it); a conforming upright RGB JPEG passes unchanged. A frame that is unreadable, larger than
+    `max_pixels`, or too elongated for the model is a FrameError naming it."""
+    name = printable(str(path))
     try:
         raw = path.read_bytes()
         with Image.open(io.BytesIO(raw)) as im:
             w, h = im.size
             if w * h > max_pixels:
-                raise FrameError(f"{path}: {w}x{h} pixels, over the limit of {max_pixels:,} (POOL_MAX_FRAME_PIXELS)")
+                raise FrameError(f"{name}: {w}x{h} pixels, over the limit of {max_pixels:,} (POOL_MAX_FRAME_PIXELS)")
             if min(w, h) < 1 or max(w, h) / min(w, h) > MAX_ASPECT:
-                raise FrameError(f"{path}: {w}x{h}: aspect ratio over {MAX_ASPECT} (the model refuses it)")
-            if im.format == "JPEG" and im.mode == "RGB" and max(im.size) == long_side:
-                if not raw.rstrip(b"\x00").endswith(b"\xff\xd9"):
-                    raise FrameError(f"{path}: truncated JPEG (no end marker)")
+                raise FrameError(f"{name}: {w}x{h}: aspect ratio over {MAX_ASPECT} (the model refuses it)")
+            upright = im.getexif().get(ORIENTATION, 1) in (0, 1)
+            if im.format == "JPEG" and im.mode == "RGB" and max(im.size) == long_side and upright:
+                if raw.rstrip(b"\x00").endswith(b"\xff\xd9"):
+                    return raw
+                im.load()  # bytes after the end marker (as cameras write) decode; a cut file raises here
                 return raw
             im.load()
-            rgb = _to_rgb(im)
+            rgb = _to_rgb(ImageOps.exif_transpose(im))
     except FrameError:
         raise
     except Image.DecompressionBombError as e:
-        raise FrameError(f"{path}: over the limit of pixels Pillow decodes (a decompression bomb: {e})") from e
+        raise FrameError(f"{name}: over the limit of pixels Pillow decodes (a decompression bomb: {e})") from e
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
         why = "not a recognised image file" if isinstance(e, UnidentifiedImageError) else str(e)
-        raise FrameError(f"{path}: unreadable image ({why})") from e
+        raise FrameError(f"{name}: unreadable image ({printable(why)})") from e
+    w, h = rgb.size
     scale = long_side / max(w, h)
     size = (long_side, max(1, round(h * scale))) if w >= h else (max(1, round(w * scale)), long_side)
     out = io.BytesIO()

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import cached_property
 from pathlib import Path
 
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
@@ -21,10 +21,14 @@ import pyarrow.parquet as pq
 
 from .errors import InputError
 from .protocol import LETTERS, MAX_OPTIONS
+from .text import printable
 
 REQUIRED = ("item_id", "benchmark", "video_id", "question", "options")
 GOLD_COLUMNS = ("answer", "gold", "answer_index", "answer_idx", "label")
 SUFFIXES = (".parquet", ".csv", ".jsonl")
+ID_COLUMNS = ("item_id", "video_id", "benchmark")  # text that must keep its exact spelling
+LIST_TYPES = (pa.ListType, pa.LargeListType, pa.FixedSizeListType, pa.ListViewType, pa.LargeListViewType)
+EXACT_FLOAT = 2.0**53  # a float id at or beyond this may already be rounded: refused, never guessed
 
 ITEM_SCHEMA = pa.schema(
     [
@@ -44,6 +48,7 @@ RAW_SCHEMA = pa.schema(
         ("options", pa.list_(pa.string())),
         ("_source", pa.string()),
         ("_row", pa.int64()),
+        ("_inexact", pa.string()),  # an id column whose value is a float too large to be exact
     ]
 )
 _ID_IN_LINE = re.compile(r'"item_id"\s*:\s*"([^"]{1,200})"')
@@ -68,29 +73,53 @@ class ItemSet:
 
 
 def item_files(items_dir: Path) -> list[Path]:
+    """The item tables of a folder: suffixes matched without case (`X.JSONL`), and a `*.parquet` folder
+    (a partitioned dataset) as one table. Anything else with one of these suffixes is refused by name."""
     if not items_dir.is_dir():
         raise ItemsError(f"items folder {items_dir} does not exist")
-    files = sorted(p for p in items_dir.iterdir() if p.suffix in SUFFIXES and p.is_file())
+    files = []
+    for p in sorted(items_dir.iterdir()):
+        kind = _kind(p)
+        if kind is None or p.name.startswith("."):
+            continue
+        if not (p.is_file() or (kind == ".parquet" and p.is_dir())):
+            raise ItemsError(f"{printable(str(p))}: not a readable {kind} file (a folder, a broken link?)")
+        files.append(p)
     if not files:
         raise ItemsError(f"no item tables (*.parquet, *.csv, *.jsonl) in {items_dir}")
     return files
 
 
+def _kind(path: Path) -> str | None:
+    suffix = path.suffix.lower()
+    return suffix if suffix in SUFFIXES else None
+
+
 def _read(path: Path) -> tuple[pa.Table, pa.Table]:
     """A file's table (with `_row`: its row, or line for JSONL) and the lines rejected while reading."""
+    kind = _kind(path)
     try:
-        if path.suffix == ".parquet":
-            t = pq.read_table(path)
-        elif path.suffix == ".csv":
+        if kind == ".parquet":
+            t = pq.read_table(path)  # a partitioned folder too
+        elif kind == ".csv":
             text = {c: pa.string() for c in (*REQUIRED, *GOLD_COLUMNS)}
-            t = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(column_types=text, strings_can_be_null=False))
+            t = pacsv.read_csv(
+                path,
+                parse_options=pacsv.ParseOptions(newlines_in_values=True),  # quoted newlines, at any file size
+                convert_options=pacsv.ConvertOptions(column_types=text, strings_can_be_null=False),
+            )
         else:
             try:
                 t = pajson.read_json(path)
             except pa.ArrowInvalid:  # a bad line, or a column whose type changes between lines
                 return _read_jsonl_lines(path)
+            if any(pa.types.is_floating(t.schema.field(c).type) for c in ID_COLUMNS if c in t.column_names):
+                return _read_jsonl_lines(path)  # big integers or floats: pyarrow rounds them, the lines keep them
     except (pa.ArrowInvalid, OSError) as e:
         raise ItemsError(f"{path}: cannot read item table: {e}") from e
+    dup = sorted({c for c in t.column_names if t.column_names.count(c) > 1})
+    if dup:
+        raise ItemsError(f"{path}: column name(s) {', '.join(map(repr, dup))} appear more than once; keep one of each")
     return t.append_column("_row", pa.array(range(t.num_rows), pa.int64())), REPORT_SCHEMA.empty_table()
 
 
@@ -102,9 +131,9 @@ def _read_jsonl_lines(path: Path) -> tuple[pa.Table, pa.Table]:
         for i, line in enumerate(f):
             if not line.strip():
                 continue
-            try:
-                obj = orjson.loads(line)
-            except orjson.JSONDecodeError as e:
+            try:  # numbers as their own digits: an id is never rounded, however large
+                obj = json.loads(line, parse_float=Decimal, parse_int=_exact_int)
+            except ValueError as e:
                 obj, why = None, f"line {i + 1} is not valid JSON ({e})"
             else:
                 why = f"line {i + 1} is not a JSON object"
@@ -128,6 +157,11 @@ def _scalar_text(v: object) -> str | None:
     return str(v)
 
 
+def _exact_int(digits: str) -> int | Decimal:
+    """Integers as Python ints (exact at any size); past 4300 digits, Python refuses int(): kept as text."""
+    return int(digits) if len(digits) < 4000 else Decimal(digits)
+
+
 def _options_value(v: object) -> list[str] | None:
     if isinstance(v, str):
         try:
@@ -141,10 +175,18 @@ def _options_column(col: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, pa.Array
     """Options as list<string>, plus a mask of rows whose options are not a list of strings. One rule for
     every format: a list of strings, natively or JSON-encoded in a text column; numbers are not options."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+    if isinstance(arr.type, LIST_TYPES):  # list, large_list, fixed_size_list, list_view, large_list_view
         vt = arr.type.value_type
-        if pa.types.is_string(vt) or pa.types.is_large_string(vt) or pa.types.is_null(vt):
-            out = arr.cast(pa.list_(pa.string()))
+        if (
+            pa.types.is_string(vt)
+            or pa.types.is_large_string(vt)
+            or pa.types.is_string_view(vt)
+            or pa.types.is_null(vt)
+        ):
+            if isinstance(arr.type, pa.ListViewType | pa.LargeListViewType):  # pyarrow 26 casts views wrongly
+                out = pa.array(arr.to_pylist(), pa.list_(pa.string()))
+            else:
+                out = arr.cast(pa.list_(pa.string()))
             return out, pc.is_null(out)
         return pa.nulls(len(arr), pa.list_(pa.string())), pa.array([True] * len(arr), pa.bool_())
     out = pa.array([_options_value(v) for v in arr.cast(pa.string()).to_pylist()], pa.list_(pa.string()))
@@ -209,6 +251,10 @@ def validate(table: pa.Table) -> tuple[pa.Table, pa.Table]:
         ),
         (has_empty_opt, "empty option text"),
         *((pc.and_(pc.invert(opt_bad), m), why) for m, why in gold_checks),
+        *(
+            (pc.fill_null(pc.equal(table.column("_inexact"), c), False), f"{c} is a float beyond 2^53, not exact")
+            for c in ID_COLUMNS
+        ),
     ]
     counts = pa.table({"item_id": item_id}).group_by("item_id").aggregate([("item_id", "count")])
     dup_ids = pc.filter(counts.column("item_id"), pc.greater(counts.column("item_id_count"), 1))
@@ -256,6 +302,13 @@ def _canonical(path: Path, t: pa.Table) -> pa.Table:
     if not any(c in t.column_names for c in GOLD_COLUMNS):
         raise ItemsError(f"{path}: no gold answer column (one of {', '.join(GOLD_COLUMNS)})")
     cols: dict[str, pa.Array] = {}
+    inexact = pa.nulls(t.num_rows, pa.string())
+    for c in ID_COLUMNS:  # a float id at or past 2^53 may already be another number: refused, never guessed
+        if pa.types.is_floating(t.schema.field(c).type):
+            big = pc.fill_null(
+                pc.greater_equal(pc.abs(t.column(c).combine_chunks().cast(pa.float64())), EXACT_FLOAT), False
+            )
+            inexact = pc.if_else(pc.and_(big, pc.is_null(inexact)), pa.scalar(c), inexact)
     for c in (*REQUIRED[:4], *GOLD_COLUMNS):
         if c not in t.column_names:
             cols[c] = pa.nulls(t.num_rows, pa.string())
@@ -267,6 +320,7 @@ def _canonical(path: Path, t: pa.Table) -> pa.Table:
     cols["options"] = _options_column(t.column("options"))[0]
     cols["_source"] = pa.array([path.name] * t.num_rows, pa.string())
     cols["_row"] = t.column("_row").combine_chunks()
+    cols["_inexact"] = inexact
     return pa.table(cols, schema=RAW_SCHEMA)
 
 
@@ -275,9 +329,10 @@ def load_items(items_dir: Path) -> ItemSet:
     tables, read_errors = [], []
     for path in item_files(items_dir):
         t, bad = _read(path)
-        tables.append(_canonical(path, t))
+        if t.num_rows or not bad.num_rows:  # a file whose every line is bad is reported by its lines' reasons
+            tables.append(_canonical(path, t))
         read_errors.append(bad)
-    table = pa.concat_tables(tables)
+    table = pa.concat_tables(tables) if tables else RAW_SCHEMA.empty_table()
     items, report = validate(table)
     report = pa.concat_tables([*read_errors, report])
     return ItemSet(items=items, rejected=report, n_read=table.num_rows + sum(b.num_rows for b in read_errors))
@@ -304,3 +359,24 @@ def option_warnings(items: pa.Table) -> pa.Table:
             ),
         ]
     )
+
+
+def id_lookalikes(items: pa.Table) -> pa.Table:
+    """Valid items whose id differs from another's only by Unicode normalization (NFKC) or invisible
+    characters (format characters such as U+200B). They stay two items: an id is matched exactly, as
+    the store and every export match it; the warning names both, since such pairs are usually one
+    question exported twice."""
+    ids = items.column("item_id").combine_chunks()
+    key = pc.replace_substring_regex(pc.utf8_normalize(ids, form="NFKC"), r"\p{Cf}", "")
+    groups = pa.table({"key": key, "id": ids}).group_by("key").aggregate([("id", "list")])
+    twins = groups.filter(pc.greater(pc.list_value_length(groups.column("id_list")), 1)).column("id_list").to_pylist()
+    rows = [(a, f"its id looks like {b!r} (differs only by Unicode form or invisible characters)")
+            for ids_ in twins for a in ids_ for b in ids_ if a != b]  # fmt: skip
+    return pa.table({"item_id": pa.array([r[0] for r in rows], pa.string()),
+                     "warning": pa.array([r[1] for r in rows], pa.string())})  # fmt: skip
+
+
+def item_warnings(items: pa.Table) -> pa.Table:
+    """Everything `pool-items` warns about: confusing options and look-alike ids."""
+    schema = pa.schema([("item_id", pa.string()), ("warning", pa.string())])
+    return pa.concat_tables([option_warnings(items).cast(schema), id_lookalikes(items).cast(schema)])

@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from .text import printable
 
 Status = Literal["ok", "error"]
 # permanent: the server refused the request (HTTP 400, no logprobs); bad_input: the item's own data cannot
@@ -60,6 +62,12 @@ class Row(BaseModel):
     worker: str
     started_at: float
     finished_at: float
+
+    @field_validator("error")
+    @classmethod
+    def _printable(cls, v: str | None) -> str | None:
+        """An error may quote a file name that is not valid UTF-8: escaped, so the row is always written."""
+        return None if v is None else printable(v)
 
 
 # Every step's export has exactly these types, nulls included, so the step files read as one table

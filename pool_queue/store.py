@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from .errors import InputError
 from .rows import FINAL_ERRORS
 from .segment_index import INDEX_SCHEMA, SegmentIndex
+from .text import printable_tree
 
 STAMP = "PROTOCOL.json"
 MAX_ITEM_RUNS = 3  # a later run re-attempts transient error rows until an item has this many
@@ -185,7 +186,7 @@ class SegmentWriter:
     def write(self, rows: list[dict[str, Any]]) -> None:
         if not rows:
             return
-        self._f.write(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+        self._f.write(b"".join(_line(r) for r in rows))
         self._f.flush()
         os.fsync(self._f.fileno())
 
@@ -197,3 +198,12 @@ class SegmentWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _line(row: dict[str, Any]) -> bytes:
+    """One row as a JSON line; text that is not valid UTF-8 (a file name, an exception) is escaped, never
+    a failed write."""
+    try:
+        return orjson.dumps(row) + b"\n"
+    except TypeError:
+        return orjson.dumps(printable_tree(row)) + b"\n"

@@ -1,5 +1,5 @@
 """pool-items: load and validate the item table; print rejected items (file, row or JSONL line, reason) and
-warnings about confusing options; optionally write the rejections to a file."""
+warnings about confusing options and look-alike ids; optionally write the rejections to a file."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..cli import parser, reports_errors, settings
-from ..items import load_items, option_warnings
+from ..items import item_warnings, load_items
 
 
 @reports_errors
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
         con.print(r)
         reasons = pc.value_counts(rej.column("reason")).to_pylist()
         con.print("by reason: " + ", ".join(f"{d['values']}: {d['counts']}" for d in reasons))
-    warn = option_warnings(items.items)
+    warn = item_warnings(items.items)
     if warn.num_rows:
         w = Table("item_id", "warning", title=f"{warn.num_rows} warnings (screened anyway; check the prompt)")
         for row in warn.slice(0, a.show).to_pylist():

@@ -1,10 +1,11 @@
 import json
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from pool_queue.items import ItemsError, load_items, option_warnings
+from pool_queue.items import ItemsError, _options_column, id_lookalikes, item_warnings, load_items, option_warnings
 
 
 def write_jsonl(path, rows):
@@ -158,3 +159,115 @@ def test_option_warnings_name_confusing_items(tmp_path):
         "same": "two options with the same text",
         "lettered": "an option text holds a letter line (like 'B. ...')",
     }
+
+
+# ---- what real table exports write (issue 26): each loads, or is refused naming the file and the reason
+
+
+def _table(n: int, **cols: object) -> pa.Table:
+    base = {"item_id": [f"i{k}" for k in range(n)], "benchmark": ["B"] * n, "video_id": ["v"] * n,
+            "question": ["Q?"] * n, "answer": ["A"] * n}  # fmt: skip
+    return pa.table({**base, **cols})
+
+
+def test_a_csv_of_any_size_with_quoted_newlines_loads(tmp_path):
+    items = tmp_path / "items"
+    items.mkdir()
+    lines = ["item_id,benchmark,video_id,question,options,answer"]
+    lines += [f'c{k},B,v,"line one\nline two, {"x" * 200}",' + '"[""a"", ""b""]",A' for k in range(8000)]
+    (items / "big.csv").write_text("\n".join(lines) + "\n")
+    assert (items / "big.csv").stat().st_size > 1_500_000  # past pyarrow's block size
+    s = load_items(items)
+    assert s.items.num_rows == 8000 and s.rejected.num_rows == 0
+    assert s.items.column("question")[7999].as_py().startswith("line one\nline two")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        pa.array([["a", "b"], ["c", "d"]], pa.list_(pa.string(), 2)),  # fixed_size_list
+        pa.array([["a", "b"], ["c", "d"]], pa.large_list(pa.large_string())),
+        pa.array([["a", "b"], ["c", "d"]], pa.list_view(pa.string())),
+        pa.array([["a", "b"], ["c", "d"]], pa.large_list_view(pa.string())),
+        pa.array([["a", "b"], ["c", "d"]], pa.list_(pa.string_view())),
+    ],
+    ids=lambda a: str(a.type),
+)
+def test_every_arrow_list_type_of_options_loads(tmp_path, options):
+    got, bad = _options_column(options)  # list views cannot be stored in Parquet: the column rule itself
+    assert got.to_pylist() == [["a", "b"], ["c", "d"]] and not pc.any(bad).as_py()
+    if pa.types.is_list_view(options.type) or pa.types.is_large_list_view(options.type):
+        return
+    items = tmp_path / "items"
+    items.mkdir()
+    pq.write_table(_table(2, options=options), items / "x.parquet")
+    s = load_items(items)
+    assert s.items.column("options").to_pylist() == [["a", "b"], ["c", "d"]] and s.rejected.num_rows == 0
+
+
+def test_ids_are_kept_exactly_or_refused_never_rounded(tmp_path):
+    items = tmp_path / "items"
+    items.mkdir()
+    big = 2**64 + 1  # past int64: pyarrow's JSON reader would make it 1.8446744073709552e+19
+    (items / "a.jsonl").write_text(
+        "\n".join(json.dumps({**OK, "item_id": i}) for i in (big, 9223372036854775808, 12)) + "\n"
+        + json.dumps({**OK, "item_id": 1.5e300}).replace("1.5e+300", "1.50e300") + "\n"
+    )  # fmt: skip
+    pq.write_table(_table(3, item_id=pa.array([9007199254740993.0, 77.0, 3.5]),
+                          options=pa.array([["a", "b"]] * 3)), items / "b.parquet")  # fmt: skip
+    s = load_items(items)
+    ids = set(s.items.column("item_id").to_pylist())
+    assert {str(big), "9223372036854775808", "12", "1.50E+300"} <= ids, ids
+    assert {"3.5", "77"} <= ids and not any("e+15" in i for i in ids)
+    (why,) = s.rejected.column("reason").to_pylist()
+    assert "item_id is a float beyond 2^53" in why
+    assert s.rejected.column("source").to_pylist() == ["b.parquet"]
+
+
+def test_a_partitioned_parquet_folder_and_upper_case_suffixes_are_read(tmp_path):
+    items = tmp_path / "items"
+    items.mkdir()
+    (items / "parts.parquet").mkdir()
+    pq.write_table(_table(2, options=pa.array([["a", "b"]] * 2)), items / "parts.parquet" / "part-0.parquet")
+    pq.write_table(
+        _table(1, item_id=["p2"], options=pa.array([["a", "b"]])), items / "parts.parquet" / "part-1.parquet"
+    )
+    write_jsonl(items / "UPPER.JSONL", [{**OK, "item_id": "u1"}])
+    (items / "Other.CSV").write_text(
+        'item_id,benchmark,video_id,question,options,answer\nc1,B,v,Q?,"[""a"", ""b""]",A\n'
+    )
+    s = load_items(items)
+    assert sorted(s.items.column("item_id").to_pylist()) == ["c1", "i0", "i1", "p2", "u1"]
+
+
+def test_a_repeated_column_name_is_refused_by_name(tmp_path):
+    items = tmp_path / "items"
+    items.mkdir()
+    (items / "x.csv").write_text('item_id,benchmark,video_id,question,options,answer,question\nc1,B,v,Q,"[]",A,Q2\n')
+    with pytest.raises(ItemsError, match=r"x\.csv: column name\(s\) 'question' appear more than once"):
+        load_items(items)
+
+
+def test_a_jsonl_file_whose_every_line_is_bad_reports_the_lines(tmp_path):
+    items = tmp_path / "items"
+    items.mkdir()
+    (items / "bad.jsonl").write_text('{"item_id": "cut", "benchmark": \n')
+    write_jsonl(items / "good.jsonl", [{**OK, "item_id": "g"}])
+    s = load_items(items)
+    assert s.items.column("item_id").to_pylist() == ["g"]
+    assert s.rejected.column("reason").to_pylist() == [s.rejected.column("reason")[0].as_py()]
+    assert "line 1 is not valid JSON" in s.rejected.column("reason")[0].as_py()
+
+
+def test_ids_that_differ_only_by_unicode_form_or_invisible_characters_are_named_together(tmp_path):
+    items = tmp_path / "items"
+    items.mkdir()
+    write_jsonl(
+        items / "a.jsonl", [{**OK, "item_id": i} for i in ("caf\u00e9-1", "cafe\u0301-1", "q\u200b7", "q7", "z")]
+    )
+    s = load_items(items)
+    assert s.items.num_rows == 5  # two items each: ids are matched exactly
+    got = {(r["item_id"], r["warning"]) for r in id_lookalikes(s.items).to_pylist()}
+    assert {i for i, _ in got} == {"caf\u00e9-1", "cafe\u0301-1", "q\u200b7", "q7"}
+    assert ("q7", "its id looks like 'q\\u200b7' (differs only by Unicode form or invisible characters)") in got
+    assert len(item_warnings(s.items)) == 4
