@@ -2,15 +2,17 @@
 happen to it. `pool-synth --hostile` writes it; tests/test_hostile.py screens it to the end.
 
 Expectations (`Kind.expect`): "rejected" (named in the `pool-items` report, with `reason`), "ok" (an
-ok row at step 1), "no-frames" (an ok step-1 row, never eligible for step 2), or "error:<step>"
-(an error row at that step whose message holds `reason`). Items meant to reach step 2 get questions
-the simulated model cannot answer blind, so they survive step 1.
+ok row at step 1), "ok:<step>" (an ok row at that step), "no-frames" (an ok step-1 row, never
+eligible for step 2), or "error:<step>" (an error row at that step whose message holds `reason`).
+Items meant to reach step 2 get questions the simulated model cannot answer blind, so they survive
+step 1.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import random
 import struct
 import zlib
@@ -59,11 +61,12 @@ class _Writer:
         self.jsonl.append(raw if raw is not None else json.dumps(self.item(item_id, **over)))  # type: ignore[arg-type]
         self.kinds.append(Kind(kind, item_id.strip() if raw is None or item_id in raw else "", expect, reason))
 
-    def frames(self, kind: str, expect: str, reason: str, files: dict[str, bytes]) -> None:
+    def frames(self, kind: str, expect: str, reason: str, files: dict[str | bytes, bytes]) -> None:
+        """A video folder of these files (a bytes name: a file name that is not UTF-8) and its item."""
         d = self.cache / f"hv-hx-{kind}"
         d.mkdir(parents=True)
         for name, data in files.items():
-            (d / name).write_bytes(data)
+            (d / (os.fsdecode(name) if isinstance(name, bytes) else name)).write_bytes(data)
         self.line(kind, expect, reason)
 
 
@@ -76,8 +79,17 @@ def _image(size: tuple[int, int], fmt: str = "JPEG", mode: str = "RGB", value: o
     return out.getvalue()
 
 
-def _three(data: bytes, suffix: str) -> dict[str, bytes]:
+def _three(data: bytes, suffix: str) -> dict[str | bytes, bytes]:
     return {f"frame_{i}{suffix}": data for i in range(3)}
+
+
+def _rotated(orientation: int) -> bytes:
+    """A 448-px JPEG stored sideways, with the EXIF tag that tells viewers to turn it."""
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    out = io.BytesIO()
+    Image.new("RGB", (448, 252), 90).save(out, format="JPEG", exif=exif.tobytes())
+    return out.getvalue()
 
 
 def _png_header_only(w: int, h: int) -> bytes:
@@ -93,12 +105,12 @@ def _png_header_only(w: int, h: int) -> bytes:
 def add_hostile(root: Path, seed: int = 0) -> list[Kind]:
     """Write the hostile items and frames into a generated root; returns every kind with its expectation."""
     w = _Writer(root, seed)
-    good = {f"frame_{i}.jpg": _image((448, 252)) for i in range(6)}
+    good: dict[str | bytes, bytes] = {f"frame_{i}.jpg": _image((448, 252)) for i in range(6)}
     w.outside.mkdir(parents=True)
     (w.outside / "secret.jpg").write_bytes(_image((448, 252)))
     (w.outside / "clip").mkdir()
     for n, data in good.items():
-        (w.outside / "clip" / n).write_bytes(data)
+        (w.outside / "clip" / os.fsdecode(n)).write_bytes(data)
 
     # ---- rejected by the loader, one rejected item each, the rest of the file loads
     bad = "rejected"
@@ -185,9 +197,69 @@ def add_hostile(root: Path, seed: int = 0) -> list[Kind]:
     w.line("video-missing", "no-frames", video_id="hv-never-extracted")
     w.line("video-not-downloaded", "no-frames", video_id="k:yt-hostile")
 
+    _names_and_exports(w, root, good)
     items = root / "items"
     (items / "hostile.jsonl").write_text("\n".join(w.jsonl) + "\n", encoding="utf-8")
     (items / "hostile.csv").write_text("\n".join(w.csv) + "\n", encoding="utf-8")
     pq.write_table(ints, items / "hostile_ints.parquet")
     pq.write_table(numbers, items / "hostile_numbers.parquet")
     return w.kinds
+
+
+def _names_and_exports(w: _Writer, root: Path, good: dict[str | bytes, bytes]) -> None:
+    """Issue 26's families: names in the cache no listing may trip on, frames as cameras write them, and
+    item files as real table exports write them."""
+    items, cache = root / "items", w.cache
+    # ---- names and links in the frame cache
+    (cache / "hv-hx-folder-loop").symlink_to(cache / "hv-hx-folder-loop")
+    w.line("folder-link-loop", "no-frames")
+    (cache / "hv-hx-folder-ring-a").symlink_to(cache / "hv-hx-folder-ring-b")
+    (cache / "hv-hx-folder-ring-b").symlink_to(cache / "hv-hx-folder-ring-a")
+    w.line("folder-link-ring", "no-frames", video_id="hv-hx-folder-ring-a")
+    (cache / "hv-hx-folder-dangling").symlink_to(cache / "hv-never-there")
+    w.line("folder-link-dangling", "no-frames")
+    latin1 = cache / os.fsdecode(b"hv-caf\xe9-latin1")  # no item can name it; every listing passes it by
+    latin1.mkdir()
+    (latin1 / "frame_0.jpg").write_bytes(good["frame_0.jpg"])
+    w.frames("frames-name-not-utf8-damaged", "error:2", "unreadable image", {b"frame_\xff0.jpg": b"damaged"})
+    w.frames("frames-name-not-utf8-fine", "ok:2", "", {b"frame_\xe90.jpg": good["frame_0.jpg"], **good})
+    w.frames("frames-looping-frame-beside", "ok:2", "", good)
+    (cache / "hv-hx-frames-looping-frame-beside" / "frame_9.jpg").symlink_to("frame_9.jpg")
+    # ---- frames as cameras write them
+    w.frames("frames-trailing-bytes", "ok:2", "", _three(good["frame_0.jpg"] + b"\x00maker notes" * 40, ".jpg"))
+    w.frames("frames-exif-rotated", "ok:2", "", _three(_rotated(6), ".jpg"))
+    # ---- item files as real exports write them
+    w.line("id-beyond-int64", "ok", raw=json.dumps(w.item("x")).replace('"x"', str(2**64 + 7), 1))
+    w.kinds[-1] = Kind("id-beyond-int64", str(2**64 + 7), "ok")
+    w.line("id-nfc", "ok", item_id="hx-caf\u00e9")
+    w.line("id-nfd", "ok", item_id="hx-cafe\u0301")
+    w.line("id-zero-width", "ok", item_id="hx-zw\u200b")
+    w.line("benchmark-pipe-newline", "ok", benchmark="Odd|Bench\nName")
+    (items / "hostile_only_bad_line.jsonl").write_text('{"item_id": "hx-only-bad", "benchmark": \n')
+    w.kinds.append(Kind("jsonl-every-line-bad", "hx-only-bad", "rejected", "not valid JSON"))
+    (items / "HOSTILE_UPPER.JSONL").write_text(json.dumps(w.item("hx-upper-suffix")) + "\n")
+    w.kinds.append(Kind("upper-case-suffix", "hx-upper-suffix", "ok"))
+    rows = [w.item(f"hx-csv-newlines-{k}") for k in range(700)]
+    with (items / "hostile_big.csv").open("w", encoding="utf-8") as f:  # past pyarrow's 1 MB block
+        f.write("item_id,benchmark,video_id,question,options,answer\n")
+        for r in rows:
+            q = f"{r['question']}\n" + "context line, with a comma\n" * 60
+            opts = json.dumps(r["options"]).replace('"', '""')
+            f.write(f'{r["item_id"]},{r["benchmark"]},{r["video_id"]},"{q}","{opts}",{r["answer"]}\n')
+    w.kinds.append(Kind("csv-quoted-newlines-over-1mb", "hx-csv-newlines-699", "ok"))
+    fixed = pa.table({"item_id": ["hx-fixed-list"], "benchmark": [BENCH], "video_id": ["hv-fixed"], "question": ["Q?"],
+                      "options": pa.array([["a", "b"]], pa.list_(pa.string(), 2)), "gold": [1]})  # fmt: skip
+    pq.write_table(fixed, items / "hostile_fixed_list.parquet")
+    w.kinds.append(Kind("parquet-fixed-size-list", "hx-fixed-list", "ok"))
+    floats = pa.table({"item_id": pa.array([2.0**60, 12345.0]), "benchmark": [BENCH] * 2, "video_id": ["hv-f"] * 2,
+                       "question": ["Q?"] * 2, "options": pa.array([["a", "b"]] * 2), "gold": [0, 1]})  # fmt: skip
+    pq.write_table(floats, items / "hostile_float_ids.parquet")
+    w.kinds.append(Kind("parquet-float-id-beyond-2^53", "1.152921504606847e+18", "rejected", "float beyond 2^53"))
+    w.kinds.append(Kind("parquet-float-id-exact", "12345", "ok"))
+    part = items / "hostile_parts.parquet"
+    part.mkdir()
+    for k in range(2):
+        t = pa.table({"item_id": [f"hx-part-{k}"], "benchmark": [BENCH], "video_id": ["hv-part"], "question": ["Q?"],
+                      "options": pa.array([["a", "b"]]), "gold": [0]})  # fmt: skip
+        pq.write_table(t, part / f"part-{k}.parquet")
+        w.kinds.append(Kind(f"parquet-partitioned-folder-{k}", f"hx-part-{k}", "ok"))

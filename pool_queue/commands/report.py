@@ -27,6 +27,7 @@ from ..report import (
     letters,
 )
 from ..store import Store
+from ..text import printable
 from .status import duration
 
 PLOTS = ("removal_by_benchmark.png", "margins.png", "letters.png")
@@ -34,8 +35,15 @@ PLOTS = ("removal_by_benchmark.png", "margins.png", "letters.png")
 
 def _table(head: list[str], rows: list[list[object]]) -> list[str]:
     out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    out += ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
     return [*out, ""]
+
+
+def cell(value: object) -> str:
+    """A value as one Markdown table cell: a benchmark name or an id holding `|` or a line break cannot
+    break the table (escaped, and line breaks as spaces); text that is not UTF-8 is escaped too."""
+    text = printable(str(value)).replace("\\", "\\\\").replace("|", "\\|")
+    return " ".join(text.splitlines()) if "\n" in text or "\r" in text else text
 
 
 def _pct(a: int, b: int) -> str:

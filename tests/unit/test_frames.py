@@ -169,3 +169,71 @@ def test_deep_and_odd_modes_become_the_right_8_bit_grey(tmp_path, mode, value, w
     with Image.open(io.BytesIO(prepare_jpeg(src))) as im:
         px = im.getpixel((10, 10))
     assert im.mode == "RGB" and all(abs(c - want) <= 1 for c in px), (mode, px)
+
+
+# ---- one rule for names (issue 26): nothing in the cache makes a listing raise
+
+
+def _odd_cache(tmp_path):
+    """A cache holding one good video beside names no listing may trip on."""
+    cache = tmp_path / "frames"
+    (cache / "good").mkdir(parents=True)
+    save(cache / "good" / "frame_0.jpg", (448, 252))
+    save(cache / "good" / b"frame_1\xff.jpg".decode("utf-8", "surrogateescape"), (448, 252))  # a frame not UTF-8
+    (cache / b"caf\xe9".decode("utf-8", "surrogateescape")).mkdir()  # a Latin-1 folder name no item can name
+    (cache / "loop").symlink_to(cache / "loop")  # a link to itself
+    (cache / "a").symlink_to(cache / "b")
+    (cache / "b").symlink_to(cache / "a")  # two links in a ring
+    (cache / "nowhere").symlink_to(cache / "gone")  # a link that leads nowhere
+    (cache / "good" / "frame_2.jpg").symlink_to(cache / "good" / "frame_2.jpg")  # a frame that loops
+    return cache
+
+
+def test_no_name_or_link_in_the_cache_makes_a_listing_raise(tmp_path):
+    cache = _odd_cache(tmp_path)
+    assert frame_videos(cache).to_pylist() == ["good"]
+    for vid in ("loop", "a", "nowhere"):
+        folder, why = video_folder(cache, vid)
+        assert folder is None and why, vid
+    assert "loop of links" in video_folder(cache, "loop")[1] or "no frame folder" in video_folder(cache, "loop")[1]
+    assert [p.name.encode("utf-8", "surrogateescape") for p in find_frames(cache, "good")] == [
+        b"frame_0.jpg", b"frame_1\xff.jpg"]  # fmt: skip
+    with pytest.raises(FrameError, match="no frame folder|loop"):
+        find_frames(cache, "nowhere")
+    folder, why = video_folder(cache, b"caf\xe9".decode("utf-8", "surrogateescape"))
+    assert folder is None and "not valid UTF-8" in why
+    why.encode("utf-8")  # the reason itself is always writable
+
+
+def test_a_damaged_frame_whose_name_is_not_utf8_is_named_in_a_writable_message(tmp_path):
+    bad = tmp_path / b"frame_\xff.jpg".decode("utf-8", "surrogateescape")
+    bad.write_bytes(b"not an image")
+    with pytest.raises(FrameError) as e:
+        prepare_jpeg(bad)
+    assert "frame_\\xff.jpg" in str(e.value) and str(e.value).encode("utf-8")
+
+
+def test_a_complete_jpeg_with_bytes_after_its_end_marker_decodes(tmp_path):
+    raw = io.BytesIO()
+    Image.new("RGB", (448, 252), (10, 200, 30)).save(raw, "JPEG")
+    p = tmp_path / "camera.jpg"
+    p.write_bytes(raw.getvalue() + b"\x00\x11trailing maker data" * 20)
+    assert prepare_jpeg(p) == p.read_bytes()  # as any viewer shows it
+    p.write_bytes(raw.getvalue()[: len(raw.getvalue()) // 2])
+    with pytest.raises(FrameError, match="truncated"):
+        prepare_jpeg(p)
+
+
+@pytest.mark.parametrize(("orientation", "size"), [(1, (448, 252)), (3, (448, 252)), (6, (252, 448)), (8, (252, 448))])
+def test_exif_orientation_is_applied_before_resizing(tmp_path, orientation, size):
+    im = Image.new("RGB", (896, 504), (0, 0, 0))
+    im.paste((255, 255, 255), (0, 0, 100, 100))  # a white corner: top-left as stored
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    p = tmp_path / "f.jpg"
+    im.save(p, "JPEG", exif=exif.tobytes())
+    out = Image.open(io.BytesIO(prepare_jpeg(p)))
+    assert out.size == size
+    corners = {"tl": (5, 5), "tr": (size[0] - 5, 5), "br": (size[0] - 5, size[1] - 5), "bl": (5, size[1] - 5)}
+    white = {k for k, xy in corners.items() if sum(out.getpixel(xy)) > 600}
+    assert white == {{1: "tl", 3: "br", 6: "tr", 8: "bl"}[orientation]}, white

@@ -135,3 +135,14 @@ def test_status_metrics_report_audit_on_a_half_finished_run(stack, pool_root, tm
     assert f"| 1 | {s1.done:,} |" in text and "## Sanity flags" in text and "### Chance floor" in text
     for name in PLOTS:
         assert (tmp_path / "report" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_names_holding_pipes_or_line_breaks_stay_in_their_cell():
+    from pool_queue.commands.report import _table
+
+    name = "Bench|mark\nwith a break\\and a backslash"
+    head, rule, row, _ = _table(["benchmark", "items"], [[name, 3]])
+    assert row.count(" | ") == 1 and "\n" not in row  # two cells, one line
+    assert row == "| Bench\\|mark with a break\\\\and a backslash | 3 |"
+    odd = b"caf\xe9".decode("utf-8", "surrogateescape")
+    assert _table(["x"], [[odd]])[2].encode("utf-8") == b"| caf\\\\xe9 |"  # renders as caf\\xe9
