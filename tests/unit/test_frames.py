@@ -198,7 +198,7 @@ def test_no_name_or_link_in_the_cache_makes_a_listing_raise(tmp_path):
     assert "loop of links" in video_folder(cache, "loop")[1] or "no frame folder" in video_folder(cache, "loop")[1]
     assert [p.name.encode("utf-8", "surrogateescape") for p in find_frames(cache, "good")] == [
         b"frame_0.jpg", b"frame_1\xff.jpg"]  # fmt: skip
-    with pytest.raises(FrameError, match="no frame folder|loop"):
+    with pytest.raises(FrameError, match=r"no frame folder|loop"):
         find_frames(cache, "nowhere")
     folder, why = video_folder(cache, b"caf\xe9".decode("utf-8", "surrogateescape"))
     assert folder is None and "not valid UTF-8" in why

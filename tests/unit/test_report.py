@@ -141,7 +141,7 @@ def test_names_holding_pipes_or_line_breaks_stay_in_their_cell():
     from pool_queue.commands.report import _table
 
     name = "Bench|mark\nwith a break\\and a backslash"
-    head, rule, row, _ = _table(["benchmark", "items"], [[name, 3]])
+    row = _table(["benchmark", "items"], [[name, 3]])[2]
     assert row.count(" | ") == 1 and "\n" not in row  # two cells, one line
     assert row == "| Bench\\|mark with a break\\\\and a backslash | 3 |"
     odd = b"caf\xe9".decode("utf-8", "surrogateescape")
