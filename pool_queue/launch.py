@@ -121,6 +121,28 @@ def plan_servers(
     return [Server(i, d, g, s.port0 + i) for i, (d, g) in enumerate(zip(devices, plan, strict=False))]
 
 
+def plan_phases(
+    s: Settings, protocol: Protocol, step: int | None, split: str | None, devices: list[str]
+) -> list[list[Server]]:
+    """What pool-launch runs, one phase after the other. `--step N` or `--split A+B` is one phase. Neither
+    is the whole screen: one phase per model group in step order, each on every GPU (steps 1-2 on the
+    8B, then step 3 on the 2B), handed over when the group's queues are empty. On one H200 a phase
+    has the GPU to itself, and on several each phase fills them all (h200.md: a 3+1 split leaves step 3
+    on one GPU)."""
+    if step is not None or split:
+        return [plan_servers(s, protocol, step, split, devices)]
+    return [[Server(i, d, g, s.port0 + i) for i, d in enumerate(devices)] for g in protocol.model_groups()]
+
+
+def phase_tag(servers: list[Server], step: int | None, split: str | None) -> str:
+    """The log names' step part: the step (run package), the split (`3p1`), or a phase's steps (`1-2`)."""
+    if step is not None:
+        return str(step)
+    if split:
+        return split.replace("+", "p")
+    return "-".join(map(str, servers[0].steps))
+
+
 def images_per_prompt(protocol: Protocol, steps: tuple[int, ...]) -> int:
     """The most frames one request of these steps carries, from the protocol (a protocol file that
     sends more frames raises the server's limit with it)."""

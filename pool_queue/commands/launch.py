@@ -1,12 +1,16 @@
 """pool-launch: one model server per GPU (PORT0+i, the GPU pinned), one worker per server, then wait.
 
-`--step N` serves that step's model on every GPU and enqueues step N (survivors chain onward);
-`--split 3+1` serves the 8B (steps 1-2) on the first 3 GPUs and the 2B (step 3) on the rest, so all
-steps run at once.
-Logs: logs/vllm_s<STEP>_gpu<i>.log and logs/client_s<STEP>_gpu<i>.log. `--burst` returns when the
-queues are empty (the run package's run_remote.sh); otherwise it runs until SIGTERM/SIGINT, then
-lets the workers finish their jobs before stopping the servers. `--sim` starts simulated servers
-instead of vLLM (the CPU demo, the Slurm test).
+With neither `--step` nor `--split` it screens every step on whatever GPUs the host has, one GPU
+included: the 8B on every GPU for steps 1-2, then, once their queues are empty, the 2B for step 3.
+`--step N` serves that step's model on every GPU and enqueues step N (survivors chain onward, as far
+as that model goes); `--split 3+1` serves the 8B (steps 1-2) on the first 3 GPUs and the 2B (step 3)
+on the rest, so all steps run at once. A launch that leaves jobs waiting for a model it did not serve
+says so at the end, with the command that finishes them.
+Logs: logs/vllm_s<STEP>_gpu<i>.log and logs/client_s<STEP>_gpu<i>.log (STEP: the step, the split, or
+a phase's steps such as 1-2). `--burst` returns when the queues are empty (the run package's
+run_remote.sh); otherwise it runs until SIGTERM/SIGINT (the last phase), then lets the workers finish
+their jobs before stopping the servers. `--sim` starts simulated servers instead of vLLM (the CPU
+demo, the Slurm test).
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ from ..launch import (
     cores_per_server,
     devices,
     log_name,
-    plan_servers,
+    phase_tag,
+    plan_phases,
     server_argv,
     server_env,
     snapshot,
@@ -89,7 +94,9 @@ def main(argv: list[str] | None = None) -> None:
     steps = sorted(Protocol().steps)  # a protocol file has the same steps (Protocol checks)
     p.add_argument("--step", type=int, choices=steps, help="serve this step's model on every GPU; enqueue it")
     p.add_argument("--split", help="A+B: the steps-1-2 model on A GPUs and step 3's on B GPUs (e.g. 3+1)")
-    p.add_argument("--plan-only", action="store_true", help="print the plan and REMAINING_TOTAL (needs --step)")
+    p.add_argument(
+        "--plan-only", action="store_true", help="print the plan and REMAINING_TOTAL (of --step, or every step)"
+    )
     p.add_argument("--burst", action="store_true", help="stop when the queues are empty")
     p.add_argument("--sim", action="store_true", help="simulated servers instead of vLLM (no GPU)")
     p.add_argument("--sim-speed", type=float, default=20.0, help="with --sim: capacity-model speed-up")
@@ -97,27 +104,47 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     s = settings(a)
     protocol = load_protocol(s)
+    steps = [a.step] if a.step else sorted(protocol.steps)  # a split or the whole screen: every step
     if a.plan_only:
-        if a.step is None:
-            fail("--plan-only needs --step N")
-        enqueue.run_steps(s, protocol, [a.step], plan_only=True, label=False)
+        enqueue.run_steps(s, protocol, steps, plan_only=True, label=a.step is None)
         return
-    servers = plan_servers(s, protocol, a.step, a.split, devices(s.ngpu, a.sim))
-    if not servers:
+    phases = plan_phases(s, protocol, a.step, a.split, devices(s.ngpu, a.sim))
+    if not phases[0]:
         fail("no GPU visible (CUDA_VISIBLE_DEVICES / nvidia-smi); NGPU=N or --sim for simulated servers")
-    tag = str(a.step) if a.step else a.split.replace("+", "p")
+    if len(phases) > 1:
+        order = [f"steps {','.join(map(str, ph[0].steps))} on {protocol.steps[ph[0].steps[0]].model}" for ph in phases]
+        print(f"{len(phases[0])} GPU(s), every step: " + ", then ".join(order))
     stop = _stop_on_signals()
-    with Procs(s.logs_dir) as procs:
-        _start_servers(procs, s, protocol, servers, tag, a)
-        # a split runs every step: start (or resume) them all
-        steps = [a.step] if a.step else sorted(protocol.steps)
-        screen = enqueue.run_steps(s, protocol, steps, plan_only=False, label=False)
-        assert screen is not None  # run_steps stamped the results root
-        codes = _supervise(procs, s, screen, servers, tag, a.burst, stop)
-    if a.step:
-        enqueue.run_steps(s, protocol, [a.step], plan_only=True, label=False)
-    if any(codes):
-        fail(f"worker exit codes {codes}: see {s.logs_dir}/client_s{tag}_gpu*.log", code=1)
+    served: set[int] = set()
+    screen: Screen | None = None
+    for i, servers in enumerate(phases):
+        tag, last = phase_tag(servers, a.step, a.split), i == len(phases) - 1
+        with Procs(s.logs_dir) as procs:
+            _start_servers(procs, s, protocol, servers, tag, a)
+            screen = enqueue.run_steps(s, protocol, steps, plan_only=False, label=a.step is None)
+            assert screen is not None  # run_steps stamped the results root
+            codes = _supervise(procs, s, screen, servers, tag, a.burst or not last, stop)  # a hand-over is a burst
+        served |= {step for v in servers for step in v.steps}
+        if any(codes):
+            fail(f"worker exit codes {codes}: see {s.logs_dir}/client_s{tag}_gpu*.log", code=1)
+        if stop.is_set():
+            break
+    enqueue.run_steps(s, protocol, steps, plan_only=True, label=a.step is None)
+    if screen is not None:
+        _say_what_waits(protocol, screen, served)
+
+
+def _say_what_waits(protocol: Protocol, screen: Screen, served: set[int]) -> None:
+    """Jobs of a step whose model this launch did not serve wait in Redis: say so, and how to finish them."""
+    try:
+        left = {st: q.pending for st, q in screen.snapshot(sorted(set(protocol.steps) - served)).items() if q.pending}
+    except RedisError:  # the plan above already says what remains
+        return
+    for step, jobs in left.items():
+        model = protocol.steps[step].model
+        print(f"step {step}: {len(jobs)} job(s) wait in Redis for {model}, which this launch did not serve; "
+              f"finish them with: pool-launch --step {step} --burst (or pool-launch --burst for every step)",
+              file=sys.stderr)  # fmt: skip
 
 
 def _stop_on_signals() -> threading.Event:

@@ -22,6 +22,8 @@ from pool_queue.launch import (
     Server,
     Tuning,
     flags_of_release,
+    phase_tag,
+    plan_phases,
     plan_servers,
     server_argv,
     server_env,
@@ -165,6 +167,12 @@ def test_split_plans_and_fixed_arguments():
         plan_servers(s, P, None, "1+1+1", ["0", "1", "2", "3"])
     assert [v.device for v in plan_servers(s, P, 3, None, ["2", "5"])] == ["2", "5"]  # Slurm's CUDA_VISIBLE_DEVICES
     assert [v.steps for v in plan_servers(s, P, 2, None, ["0"])] == [(1, 2)]
+    whole = plan_phases(s, P, None, None, ["0", "1"])  # neither: every step, one model group after the other
+    assert [[(v.steps, v.device) for v in ph] for ph in whole] == [
+        [((1, 2), "0"), ((1, 2), "1")],
+        [((3,), "0"), ((3,), "1")],
+    ]
+    assert [phase_tag(ph, None, None) for ph in whole] == ["1-2", "3"] and len(plan_phases(s, P, 3, None, ["0"])) == 1
 
 
 def test_run_remote_screens_a_pool_with_simulated_servers(pool_root, redis_url):
@@ -187,6 +195,30 @@ def test_run_remote_screens_a_pool_with_simulated_servers(pool_root, redis_url):
     assert (logs / "vllm_s1_gpu0.log").exists() and (logs / "client_s1_gpu1.log").exists()
     store = Store(pool_root / "results" / "pool", P.fingerprint)
     assert store.winners(1).num_rows == 240 and store.winners(2).num_rows > 0  # step 2 chained on the 8B servers
+
+
+def test_one_command_screens_every_step_on_one_gpu_and_a_step_launch_says_what_waits(pool_root, redis_url):
+    """`pool-launch --burst` alone: the 8B for steps 1-2, then the 2B for step 3, on the one GPU; every
+    step complete and the reference's verdicts. `--step 1` alone leaves step 3 waiting and says so."""
+    from pool_queue.sim.reference import expected
+
+    env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(free_port())}
+    launch = [sys.executable, "-m", "pool_queue.commands.launch", "--sim", "--burst"]
+    part = subprocess.run([*launch, "--step", "1"], env=env, capture_output=True, text=True, timeout=600)
+    assert part.returncode == 0, part.stderr[-3000:]
+    waits = [line for line in part.stderr.splitlines() if "wait in Redis" in line]
+    assert len(waits) == 1 and waits[0].startswith("step 3: ") and "Qwen/Qwen3-VL-2B-Instruct" in waits[0], waits
+    assert "finish them with: pool-launch --step 3 --burst" in waits[0]
+    whole = subprocess.run(launch, env=env, capture_output=True, text=True, timeout=600)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    assert "1 GPU(s), every step: steps 1,2 on Qwen/Qwen3-VL-8B-Instruct, then steps 3 on Qwen" in whole.stdout
+    assert "wait in Redis" not in whole.stderr and all(f"STEP={n} REMAINING_TOTAL=0" in whole.stdout for n in (1, 2, 3))
+    logs = pool_root / "logs"
+    assert (logs / "vllm_s1-2_gpu0.log").exists() and (logs / "vllm_s3_gpu0.log").exists()
+    store, want = Store(pool_root / "results" / "pool", P.fingerprint), expected(pool_root)
+    for step, items in want.items():
+        got = {r["item_id"]: r for r in store.read_rows(step, store.winners(step))}
+        assert {k: (r["status"], r["removed"]) for k, r in got.items()} == {k: ("ok", v[0]) for k, v in items.items()}
 
 
 def test_launcher_restarts_a_worker_killed_mid_screen(pool_root, redis_url):

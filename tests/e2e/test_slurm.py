@@ -56,7 +56,10 @@ def test_node_jobs_screen_a_pool_to_the_end_and_drain_on_sigterm(pool_root, tmp_
             assert time.monotonic() < deadline, (out / f"redis-{redis_job}.log").read_text()
             time.sleep(0.5)
         # two node jobs (capacity added by submitting more) share one screen of steps 1-2
-        nodes = [slurm.submit(SLURM / "node.sbatch", *SMALL, f"--output={out}/node-%j.log", env=env) for _ in range(2)]
+        first = {**env, "MODEL_STEP": "1"}
+        nodes = [
+            slurm.submit(SLURM / "node.sbatch", *SMALL, f"--output={out}/node-%j.log", env=first) for _ in range(2)
+        ]
         for job in nodes:
             assert slurm.wait(job, 300) == ("COMPLETED", "0:0"), _log(out, job)
         logs = [(out / f"node-{j}.log").read_text() for j in nodes]
