@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from .errors import SetupError
 from .protocol import Protocol
 from .settings import Settings
+from .sizing import FALLBACK_SEQS
 
 MAX_MODEL_LEN = 8192  # step 3: 32 x 196 tokens for square 448-px frames, + text
 MAX_PIXELS = 448 * 448  # the processor never upsizes a protocol frame past 448 x 448
@@ -167,8 +168,10 @@ def server_argv(
     sim: bool,
     tuning: Tuning,
     known: frozenset[str] | None = None,
+    max_seqs: int | None = None,
 ) -> list[str]:
-    """`known`: the optional flags the installed vLLM accepts (`vllm_flags`); None passes them all."""
+    """`known`: the optional flags the installed vLLM accepts (`vllm_flags`); None passes them all.
+    `max_seqs`: the derived batch (`sizing.size`), when MAX_SEQS is not set."""
     spec, images = protocol.steps[srv.steps[0]], images_per_prompt(protocol, srv.steps)
     fixed = [
         "--served-model-name", spec.served_name,
@@ -176,7 +179,7 @@ def server_argv(
         "--max-logprobs", str(protocol.top_logprobs),
         "--limit-mm-per-prompt", json.dumps({"image": images, "video": 0}),
         "--max-model-len", str(MAX_MODEL_LEN),
-        "--max-num-seqs", str(s.max_seqs),
+        "--max-num-seqs", str(s.max_seqs or max_seqs or FALLBACK_SEQS),
     ]  # fmt: skip
     if sim:
         return [sys.executable, "-m", "pool_queue.sim", "--model", spec.model, *fixed]

@@ -44,11 +44,16 @@ class Settings(BaseSettings):
         default=None,
         validation_alias=AliasChoices("WORKERS", "POOL_WORKERS"),
         ge=1,
-        description="forwards in flight per server; default MAX_SEQS",
+        description="forwards in flight per server; default from MAX_SEQS and the step (pool_queue.sizing)",
     )
     port0: int = Field(default=8001, validation_alias=AliasChoices("PORT0", "POOL_PORT0"), ge=1, le=65535)
     gpu_util: float = Field(default=0.85, validation_alias=AliasChoices("GPU_UTIL", "POOL_GPU_UTIL"), gt=0, le=1)
-    max_seqs: int = Field(default=64, validation_alias=AliasChoices("MAX_SEQS", "POOL_MAX_SEQS"), ge=1)
+    max_seqs: int | None = Field(
+        default=None,
+        validation_alias=AliasChoices("MAX_SEQS", "POOL_MAX_SEQS"),
+        ge=1,
+        description="vLLM --max-num-seqs; default per model group from the GPU's memory (pool_queue.sizing)",
+    )
     py: str = Field(default="python3", validation_alias=AliasChoices("PY", "POOL_PY"))
     vllm: str = Field(default="vllm", validation_alias=AliasChoices("VLLM", "POOL_VLLM"))
     api_servers: int | None = Field(default=None, ge=1, description="vLLM --api-server-count; default from cores/GPU")

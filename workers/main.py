@@ -15,6 +15,7 @@ from pool_queue.lease import Timing
 from pool_queue.protocol import Protocol
 from pool_queue.queue import screen_of
 from pool_queue.settings import Settings
+from pool_queue.sizing import FALLBACK_SEQS
 from pool_queue.store import Store
 
 from .client import ServerMisconfigured, VLLMClient
@@ -102,7 +103,7 @@ def _worker(
     steps: list[int],
     wait_redis: float,
 ) -> Worker:
-    inflight = a.inflight or s.workers or s.max_seqs  # keep the server's batch full
+    inflight = a.inflight or s.workers or s.max_seqs or FALLBACK_SEQS  # pool-launch passes the derived size
     screen = screen_of(store, s.redis())
     assert screen is not None  # the store was just claimed
     name = unique_name(server, a.name)

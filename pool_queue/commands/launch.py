@@ -48,6 +48,7 @@ from ..procs import Procs, wait_health
 from ..protocol import Protocol
 from ..queue import Screen
 from ..settings import Settings
+from ..sizing import Sizing, gpu_memory_gib, size
 from ..supervise import Supervisor
 from . import enqueue
 
@@ -120,10 +121,11 @@ def main(argv: list[str] | None = None) -> None:
     for i, servers in enumerate(phases):
         tag, last = phase_tag(servers, a.step, a.split), i == len(phases) - 1
         with Procs(s.logs_dir) as procs:
-            _start_servers(procs, s, protocol, servers, tag, a)
+            sizes = _sizes(s, protocol, servers, a.sim)
+            _start_servers(procs, s, protocol, servers, tag, a, sizes)
             screen = enqueue.run_steps(s, protocol, steps, plan_only=False, label=a.step is None)
             assert screen is not None  # run_steps stamped the results root
-            codes = _supervise(procs, s, screen, servers, tag, a.burst or not last, stop)  # a hand-over is a burst
+            codes = _supervise(procs, s, screen, servers, tag, a.burst or not last, stop, sizes)  # hand-over: a burst
         served |= {step for v in servers for step in v.steps}
         if any(codes):
             fail(f"worker exit codes {codes}: see {s.logs_dir}/client_s{tag}_gpu*.log", code=1)
@@ -155,8 +157,25 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
+def _sizes(s: Settings, protocol: Protocol, servers: list[Server], sim: bool) -> dict[tuple[int, ...], Sizing]:
+    """Batch and in-flight sizes per model group from the GPU's memory (`sizing.size`), said in one line each."""
+    gib = None if sim else gpu_memory_gib(servers[0].device)
+    out = {
+        g: size(protocol, g, gib, s.gpu_util, s.max_seqs, s.workers) for g in dict.fromkeys(v.steps for v in servers)
+    }
+    for sz in out.values():
+        print(sz.why)
+    return out
+
+
 def _start_servers(
-    procs: Procs, s: Settings, protocol: Protocol, servers: list[Server], tag: str, a: argparse.Namespace
+    procs: Procs,
+    s: Settings,
+    protocol: Protocol,
+    servers: list[Server],
+    tag: str,
+    a: argparse.Namespace,
+    sizes: dict[tuple[int, ...], Sizing],
 ) -> None:
     """Every server at once, with the options derived from the cores; return when all are healthy."""
     try:
@@ -167,7 +186,7 @@ def _start_servers(
     tuning = Tuning.for_cores(cores, s.api_servers, s.renderer_workers)
     known = None if a.sim else _flags_known(s.vllm, tuning, cores)
     for srv in servers:
-        argv = server_argv(s, protocol, srv, paths[srv.steps], a.sim, tuning, known)
+        argv = server_argv(s, protocol, srv, paths[srv.steps], a.sim, tuning, known, sizes[srv.steps].max_seqs)
         if a.sim:
             argv += ["--speed", str(a.sim_speed)]
         procs.start(log_name("vllm", tag, srv), argv, env=server_env(srv, a.sim, tuning))
@@ -184,7 +203,14 @@ def _start_servers(
 
 
 def _supervise(
-    procs: Procs, s: Settings, screen: Screen, servers: list[Server], tag: str, burst: bool, stop: threading.Event
+    procs: Procs,
+    s: Settings,
+    screen: Screen,
+    servers: list[Server],
+    tag: str,
+    burst: bool,
+    stop: threading.Event,
+    sizes: dict[tuple[int, ...], Sizing],
 ) -> list[int]:
     """One worker per server, restarted when it dies, until the queues are empty (burst) or a signal;
     then drain: no new jobs, in-flight forwards finish, rows written, jobs acknowledged."""
@@ -194,6 +220,7 @@ def _supervise(
     def worker_starter(srv: Server) -> Callable[[], subprocess.Popen[bytes]]:
         wargv = [sys.executable, "-m", "workers.main", "--server", srv.url, *common]
         wargv += ["--name", f"{host}-{srv.name}", "--steps", ",".join(map(str, srv.steps))]
+        wargv += ["--inflight", str(sizes[srv.steps].inflight)]
         wargv += ["--metrics-port", str(s.port0 + 100 + srv.gpu)] + (["--burst"] if burst else [])
         return lambda: procs.start(log_name("client", tag, srv), wargv)
 

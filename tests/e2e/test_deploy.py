@@ -212,6 +212,8 @@ def test_one_command_screens_every_step_on_one_gpu_and_a_step_launch_says_what_w
     whole = subprocess.run(launch, env=env, capture_output=True, text=True, timeout=600)
     assert whole.returncode == 0, whole.stderr[-3000:]
     assert "1 GPU(s), every step: steps 1,2 on Qwen/Qwen3-VL-8B-Instruct, then steps 3 on Qwen" in whole.stdout
+    assert "steps 1,2: MAX_SEQS 64, 128 in flight per worker (2 x MAX_SEQS); GPU memory unknown" in whole.stdout
+    assert "steps 3: MAX_SEQS 64, 64 in flight per worker (1 x MAX_SEQS)" in whole.stdout
     assert "wait in Redis" not in whole.stderr and all(f"STEP={n} REMAINING_TOTAL=0" in whole.stdout for n in (1, 2, 3))
     logs = pool_root / "logs"
     assert (logs / "vllm_s1-2_gpu0.log").exists() and (logs / "vllm_s3_gpu0.log").exists()

@@ -1,0 +1,90 @@
+"""How many sequences a server batches (`--max-num-seqs`) and a worker keeps in flight, per model group,
+from the GPU's memory and the group's prompts, as pool-launch's defaults.
+
+The run package fixed MAX_SEQS at 64 for every step; on the H200 that left the GPU 44 % busy in
+steps 1-2, where 256 sequences and 512 requests in flight reached 97 % (h200.md). Step 3's prompts
+are ~20 times longer and there 64 was the best measured batch: more only queued inside the server
+and cost prefix-cache hits. So each group gets the measured best batch (`CAP`), lowered to what its
+KV cache holds twice over on a smaller GPU (a 32 GB card keeps the run package's 64 for the 8B, and
+takes fewer for step 3's long prompts, so no start-up runs out of memory). A worker keeps twice the
+batch in flight for short prompts (the server always has queued work) and one batch for long ones.
+MAX_SEQS and WORKERS set by the user win.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from .protocol import Protocol
+
+GIB = 1024**3
+# Per token of KV cache (layers x KV heads x head dim x K and V x bf16) and bf16 weights, from the
+# models' configs; an unknown model is sized as the larger one.
+KV_BYTES = {"Qwen/Qwen3-VL-8B-Instruct": 36 * 8 * 128 * 2 * 2, "Qwen/Qwen3-VL-2B-Instruct": 28 * 8 * 128 * 2 * 2}
+WEIGHTS_GIB = {"Qwen/Qwen3-VL-8B-Instruct": 16.4, "Qwen/Qwen3-VL-2B-Instruct": 4.4}
+OVERHEAD_GIB = 4.0  # activations, CUDA graphs and the vision encoder's cache beside weights and KV
+TEXT_TOKENS = 330  # step 2's question + options + the prefilled answer (step 1's is ~210)
+FRAME_TOKENS = 196  # one 448 x 448 frame after Qwen3-VL's 2 x 2 merge (a 448 x 252 one is 112)
+CAP = {"few images": 256, "many images": 64}  # the best measured on the H200 (h200.md)
+FALLBACK_SEQS = 64  # the run package's value, when the GPU's memory cannot be read
+
+
+@dataclass(frozen=True)
+class Sizing:
+    max_seqs: int
+    inflight: int
+    why: str  # one line: what was chosen and from what
+
+
+def prompt_tokens(protocol: Protocol, steps: tuple[int, ...]) -> int:
+    """The longest prompt of these steps, in tokens (an upper bound: square frames)."""
+    return max(TEXT_TOKENS + FRAME_TOKENS * (protocol.steps[s].n_frames or 0) for s in steps)
+
+
+def size(
+    protocol: Protocol,
+    steps: tuple[int, ...],
+    gpu_gib: float | None,
+    gpu_util: float,
+    max_seqs: int | None = None,
+    workers: int | None = None,
+) -> Sizing:
+    """The batch and in-flight sizes for a server of these steps' model (`max_seqs`/`workers`: the user's)."""
+    model = protocol.steps[steps[0]].model
+    tokens = prompt_tokens(protocol, steps)
+    many = any((protocol.steps[s].n_frames or 0) > 1 for s in steps)
+    cap = CAP["many images" if many else "few images"]
+    if max_seqs is not None:
+        seqs, why = max_seqs, "MAX_SEQS as set"
+    elif gpu_gib is None:
+        seqs, why = min(cap, FALLBACK_SEQS), "GPU memory unknown: the run package's MAX_SEQS"
+    else:
+        kv_gib = gpu_gib * gpu_util - WEIGHTS_GIB.get(model, max(WEIGHTS_GIB.values())) - OVERHEAD_GIB
+        fits = max(0, int(kv_gib * GIB / (tokens * KV_BYTES.get(model, max(KV_BYTES.values())))))
+        seqs = max(8, min(cap, _pow2_floor(fits // 2)))
+        why = (f"{gpu_gib:.0f} GiB GPU at GPU_UTIL {gpu_util}: {max(kv_gib, 0):.0f} GiB of KV cache holds {fits:,} "
+               f"prompts of ~{tokens:,} tokens; measured best batch {cap}")  # fmt: skip
+    flight = workers if workers is not None else (seqs if many else 2 * seqs)
+    how = "WORKERS as set" if workers is not None else ("1 x" if many else "2 x") + " MAX_SEQS"
+    line = f"steps {','.join(map(str, steps))}: MAX_SEQS {seqs}, {flight} in flight per worker ({how}); {why}"
+    return Sizing(seqs, flight, line)
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (n.bit_length() - 1) if n > 0 else 0
+
+
+def gpu_memory_gib(device: str) -> float | None:
+    """Total memory of one GPU (as CUDA_VISIBLE_DEVICES names it), from nvidia-smi; None when unknown."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", device],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        return float(out.stdout.split()[0]) / 1024 if out.returncode == 0 and out.stdout.strip() else None
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return None
