@@ -10,13 +10,17 @@ The simulated server (`sim=True`) takes the same place for tests and the CPU dem
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from .errors import SetupError
 from .protocol import Protocol
@@ -67,8 +71,52 @@ def flags_of_release(version: str) -> frozenset[str]:
     return frozenset(f for f, since in OPTIONAL_FLAGS.items() if key(version) >= key(since))
 
 
+def cache_dir() -> Path:
+    """Where vLLM keeps its compile cache and we keep the flags probe: beside the models in the hub cache
+    (HF_HOME, mounted into containers and shared by Slurm nodes), so a restarted server reuses them."""
+    from huggingface_hub import constants
+
+    return Path(os.environ.get("VLLM_CACHE_ROOT") or Path(constants.HF_HOME) / "vllm-cache")
+
+
 def vllm_flags(vllm: str) -> frozenset[str] | None:
-    """The optional flags that `<vllm> serve` knows (one `--help` call); None when its help cannot be read."""
+    """The optional flags that `<vllm> serve` knows; asked once per host and installed vLLM (its `--help`
+    costs a full import, ~10 s) and kept in the cache folder."""
+    memo = cache_dir() / f"pool-flags-{_install_key(vllm)}.json"
+    try:
+        return frozenset(json.loads(memo.read_text()))
+    except (OSError, ValueError):
+        pass
+    known = _ask_flags(vllm)
+    if known is not None:
+        with contextlib.suppress(OSError):  # a read-only cache: ask again next time
+            memo.parent.mkdir(parents=True, exist_ok=True)
+            memo.write_text(json.dumps(sorted(known)))
+    return known
+
+
+def _install_key(vllm: str) -> str:
+    """This host and this installation of vLLM: the command, and where its program and package live and when
+    they were written (an upgrade rewrites them)."""
+    argv = shlex.split(vllm)
+    exe = shutil.which(argv[0]) or argv[0]
+    parts = [socket.gethostname(), vllm]
+    for path in (exe, *(_package_dir(exe) or ())):
+        with contextlib.suppress(OSError):
+            st = os.stat(path)
+            parts += [os.path.realpath(path), str(st.st_mtime_ns)]
+    return hashlib.sha1("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def _package_dir(exe: str) -> list[str] | None:
+    """The vllm package folders beside the Python that `exe` runs (its site-packages), if any."""
+    base = Path(os.path.realpath(exe)).parent.parent
+    found = sorted(str(p) for p in base.glob("lib/python3*/site-packages/vllm*") if p.is_dir())
+    return found or None
+
+
+def _ask_flags(vllm: str) -> frozenset[str] | None:
+    """One `serve --help` call; None when its help cannot be read."""
     for ask in ("--help=all", "--help"):  # vLLM >= 0.10 lists only groups under a bare --help
         try:
             out = subprocess.run(
@@ -209,6 +257,8 @@ def server_env(srv: Server, sim: bool, tuning: Tuning | None = None) -> dict[str
         env["OMP_NUM_THREADS"] = str(tuning.omp_threads)  # the user's own setting wins
     if "HF_HUB_OFFLINE" not in os.environ:
         env["HF_HUB_OFFLINE"] = "1"  # the models were fetched before (pool-fetch): never reach the hub mid-run
+    if not sim and "VLLM_CACHE_ROOT" not in os.environ:
+        env["VLLM_CACHE_ROOT"] = str(cache_dir())  # torch.compile's cache: a restart takes ~1 min, not ~4
     return env
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from pool_queue.synth import SynthConfig, generate
 
 # A `.env` that `make demo` left in the checkout must not steer the tests (nor the commands they run).
 os.environ["POOL_ENV_FILE"] = ""
+# pool-launch's vLLM cache (compile cache, flags probe) goes to a folder of the run's, never the user's home.
+os.environ.setdefault("VLLM_CACHE_ROOT", tempfile.mkdtemp(prefix="pool-vllm-cache-"))
 
 
 @pytest.fixture(scope="session")

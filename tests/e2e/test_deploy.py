@@ -21,6 +21,7 @@ from pool_queue.launch import (
     OPTIONAL_FLAGS,
     Server,
     Tuning,
+    cache_dir,
     flags_of_release,
     phase_tag,
     plan_phases,
@@ -309,6 +310,24 @@ def test_flags_the_installed_vllm_does_not_know_are_left_out(tmp_path):
     argv = server_argv(load_settings(), P, Server(0, "0", (3,), 8001), "/snap", False, Tuning.for_cores(16), known)
     assert "--renderer-num-workers" not in argv and argv[argv.index("--api-server-count") + 1] == "8"
     assert vllm_flags(str(tmp_path / "missing")) is None  # unreadable: every option is passed
+
+
+def test_the_flags_probe_runs_once_per_installed_vllm_and_servers_keep_their_compile_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "cache"))
+    calls = tmp_path / "calls"
+    fake = tmp_path / "vllm"
+    fake.write_text(f'#!/bin/sh\necho x >> {calls}\necho "  --max-num-seqs N\n  --api-server-count N"\n')
+    fake.chmod(0o755)
+    assert vllm_flags(str(fake)) == vllm_flags(str(fake)) == {"--api-server-count"}
+    assert len(calls.read_text().splitlines()) == 1  # the second launch on this host asks nobody
+    time.sleep(0.01)
+    fake.write_text(fake.read_text().replace("api-server-count", "renderer-num-workers"))  # an upgrade
+    assert vllm_flags(str(fake)) == {"--renderer-num-workers"} and len(calls.read_text().splitlines()) == 2
+    assert "VLLM_CACHE_ROOT" not in server_env(Server(0, "0", (3,), 8001), False)  # the user's own: inherited
+    monkeypatch.delenv("VLLM_CACHE_ROOT")
+    env = server_env(Server(0, "0", (3,), 8001), False, Tuning.for_cores(16))
+    assert env["VLLM_CACHE_ROOT"] == str(cache_dir()) and cache_dir().name == "vllm-cache"  # beside the models
+    assert "VLLM_CACHE_ROOT" not in server_env(Server(0, "0", (3,), 8001), True)
     assert flags_of_release("0.9.0") == frozenset() and flags_of_release("0.26.0") == set(OPTIONAL_FLAGS)
 
 
