@@ -217,17 +217,21 @@ def _supervise(
     host = socket.gethostname()
     common = ["--root", str(s.root), "--results", str(s.results_dir), "--redis-url", s.redis_url]
 
-    def worker_starter(srv: Server) -> Callable[[], subprocess.Popen[bytes]]:
+    def worker_starter(srv: Server, k: int) -> tuple[str, Callable[[], subprocess.Popen[bytes]]]:
+        """Worker process k of a server: its own name, log and metrics port (k = 0 keeps the run package's)."""
+        nth = f"-w{k}" if k else ""
         wargv = [sys.executable, "-m", "workers.main", "--server", srv.url, *common]
-        wargv += ["--name", f"{host}-{srv.name}", "--steps", ",".join(map(str, srv.steps))]
-        wargv += ["--inflight", str(sizes[srv.steps].inflight)]
-        wargv += ["--metrics-port", str(s.port0 + 100 + srv.gpu)] + (["--burst"] if burst else [])
-        return lambda: procs.start(log_name("client", tag, srv), wargv)
+        wargv += ["--name", f"{host}-{srv.name}{nth}", "--steps", ",".join(map(str, srv.steps))]
+        wargv += ["--inflight", str(sizes[srv.steps].per_process)]
+        wargv += ["--metrics-port", str(s.port0 + 100 + srv.gpu + 16 * k)] + (["--burst"] if burst else [])
+        name = log_name("client", tag, srv) + nth.replace("-", "_")
+        return name, lambda: procs.start(name, wargv)
 
     sup = Supervisor(burst, lambda msg: print(msg, file=sys.stderr, flush=True))
     for srv in servers:
-        sup.add(log_name("client", tag, srv), worker_starter(srv))
-    print(f"{len(servers)} worker(s) started; progress: pool-status --watch; logs in {s.logs_dir}")
+        for k in range(sizes[srv.steps].processes):
+            sup.add(*worker_starter(srv, k))
+    print(f"{len(sup.running())} worker(s) started; progress: pool-status --watch; logs in {s.logs_dir}")
     served = sorted({step for v in servers for step in v.steps})
 
     def work_left() -> bool:

@@ -205,16 +205,22 @@ def test_one_command_screens_every_step_on_one_gpu_and_a_step_launch_says_what_w
 
     env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(free_port())}
     launch = [sys.executable, "-m", "pool_queue.commands.launch", "--sim", "--burst"]
-    part = subprocess.run([*launch, "--step", "1"], env=env, capture_output=True, text=True, timeout=600)
+    part = subprocess.run([*launch, "--step", "1"], env={**env, "MAX_SEQS": "256"}, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
     assert part.returncode == 0, part.stderr[-3000:]
+    assert "MAX_SEQS 256, 512 in flight per server (2 x MAX_SEQS; 4 worker processes x 128); MAX_SEQS as set" in (
+        part.stdout) and "4 worker(s) started" in part.stdout  # fmt: skip
+    clients = sorted(p.name for p in (pool_root / "logs").glob("client_s1_gpu0*.log"))
+    assert clients == ["client_s1_gpu0.log", "client_s1_gpu0_w1.log", "client_s1_gpu0_w2.log", "client_s1_gpu0_w3.log"]
     waits = [line for line in part.stderr.splitlines() if "wait in Redis" in line]
     assert len(waits) == 1 and waits[0].startswith("step 3: ") and "Qwen/Qwen3-VL-2B-Instruct" in waits[0], waits
     assert "finish them with: pool-launch --step 3 --burst" in waits[0]
     whole = subprocess.run(launch, env=env, capture_output=True, text=True, timeout=600)
     assert whole.returncode == 0, whole.stderr[-3000:]
     assert "1 GPU(s), every step: steps 1,2 on Qwen/Qwen3-VL-8B-Instruct, then steps 3 on Qwen" in whole.stdout
-    assert "steps 1,2: MAX_SEQS 64, 128 in flight per worker (2 x MAX_SEQS); GPU memory unknown" in whole.stdout
-    assert "steps 3: MAX_SEQS 64, 64 in flight per worker (1 x MAX_SEQS)" in whole.stdout
+    assert "steps 1,2: MAX_SEQS 64, 128 in flight per server (2 x MAX_SEQS; 1 worker process); GPU memory unknown" in (
+        whole.stdout)  # fmt: skip
+    assert "steps 3: MAX_SEQS 64, 64 in flight per server (1 x MAX_SEQS; 1 worker process)" in whole.stdout
     assert "wait in Redis" not in whole.stderr and all(f"STEP={n} REMAINING_TOTAL=0" in whole.stdout for n in (1, 2, 3))
     logs = pool_root / "logs"
     assert (logs / "vllm_s1-2_gpu0.log").exists() and (logs / "vllm_s3_gpu0.log").exists()

@@ -13,9 +13,10 @@ TEXT, FRAMES = P.model_groups()  # (1, 2) on the 8B, (3,) on the 2B
 
 def test_on_the_h200_each_group_gets_the_measured_best_batch_and_a_full_queue():
     text, frames = size(P, TEXT, 140.4, 0.85), size(P, FRAMES, 140.4, 0.85)
-    assert (text.max_seqs, text.inflight) == (256, 512)  # steps 1-2: 97 % busy at 256 and 4 x 128 in flight
-    assert (frames.max_seqs, frames.inflight) == (64, 64)  # step 3: more only waits and costs prefix hits
-    assert text.why.startswith("steps 1,2: MAX_SEQS 256, 512 in flight per worker (2 x MAX_SEQS); 140 GiB GPU")
+    assert (text.max_seqs, text.inflight, text.processes) == (256, 512, 4)  # 97 % busy at 256 and 4 x 128 (h200.md)
+    assert (frames.max_seqs, frames.inflight, frames.processes) == (64, 64, 1)  # more only waits, costs prefix hits
+    assert text.why.startswith("steps 1,2: MAX_SEQS 256, 512 in flight per server (2 x MAX_SEQS; 4 worker processes")
+    assert text.per_process == 128 and size(P, TEXT, 31.7, 0.85).processes == 1
 
 
 @pytest.mark.parametrize("gib", [15.0, 22.0, 31.7, 39.4, 47.5, 79.1, 140.4, 178.4])
