@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+from redis import Redis
 from test_readme import fenced_lines
 
 from pool_queue.items import load_items
@@ -115,15 +116,24 @@ def test_ctrl_c_during_step_3_then_the_demo_again_ends_with_every_step_complete(
     every step with work is enqueued) and ends with every step complete and the reference's verdicts."""
     bindir = Path(sys.executable).parent
     env = {k: v for k, v in os.environ.items() if k != "POOL_ENV_FILE"}
-    argv = [str(bindir / "pool-demo"), "--root", "demo", "--items", "600", "--videos", "60"]
-    step3 = tmp_path / "demo" / "results" / "pool" / "step3"
-    slow = [*argv, "--speed", "1"]  # step 3 begins while steps 1 and 2 still have work
-    with subprocess.Popen(slow, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as p:
-        while not any(f.stat().st_size for f in step3.glob("seg-*.jsonl")):  # step 3 has begun
+    argv = [str(bindir / "pool-demo"), "--root", "demo", "--items", "1500", "--videos", "150"]
+    # at --speed 1 a wave of step-3 requests holds the 2B for ~17 s, and the ~480 step-3 items are more than
+    # the 2B worker takes at once: Ctrl-C as its first step-3 job runs leaves step-3 work in Redis
+    slow = [*argv, "--speed", "1"]
+    errors = (tmp_path / "demo.err").open("w+")  # a file, not a pipe: the progress bars never block the demo
+    with subprocess.Popen(slow, cwd=tmp_path, stdout=subprocess.PIPE, stderr=errors, text=True, env=env) as p:
+        assert p.stdout is not None
+        line = ""
+        while not line.startswith("demo Redis: "):  # "demo Redis: redis://127.0.0.1:PORT/0"
+            line = p.stdout.readline()
+            assert line, p.communicate()
+        demo_redis = Redis.from_url(line.split()[-1])
+        while not any(demo_redis.zcard(k) for k in demo_redis.scan_iter("rq:wip:pool-*-step3")):  # step 3 runs
             assert p.poll() is None, p.communicate()
             time.sleep(0.1)
         p.send_signal(signal.SIGINT)
-        rest, err = p.communicate(timeout=120)
+        rest, _ = p.communicate(timeout=300)
+    err = (tmp_path / "demo.err").read_text()
     assert p.returncode == 130 and "Traceback" not in err and "interrupted" in rest, err[-2000:]
     logs = sorted((tmp_path / "demo" / "logs" / "demo").glob("worker-*.log"))
     assert len(logs) == 3
@@ -136,7 +146,7 @@ def test_ctrl_c_during_step_3_then_the_demo_again_ends_with_every_step_complete(
     assert sum(store.winners(s).num_rows for s in want) < sum(map(len, want.values()))  # stopped mid-screen
     refused = subprocess.run([*argv[:3], "--items", "100"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
-    assert "already holds 600 items and 60 videos: --items apply to a new pool" in refused.stderr, refused.stderr
+    assert "already holds 1500 items and 150 videos: --items apply to a new pool" in refused.stderr, refused.stderr
     again = subprocess.run([*argv, "--speed", "8"], cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     assert ": OK," in again.stdout, again.stdout[-3000:]

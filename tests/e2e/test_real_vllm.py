@@ -209,14 +209,17 @@ def test_a_server_killed_mid_run_and_restarted_charges_no_item(servers, tmp_path
     root = tmp_path / "root"
     generate(root, SynthConfig(n_items=150, n_videos=20, seed=9, frames=(8, 9), shard_videos=20))
     stack = Stack(root, procs)
-    stack.enqueue(1)
-    stack.worker("w", urls[1], "--burst", "--inflight", "8", "--steps", "1")
+    stack.enqueue(1, chunk_size=8)
+    w = stack.worker("w", urls[1], "--burst", "--inflight", "8", "--steps", "1")
     deadline = time.monotonic() + 300
     while stack.raw_count(1) < 10:
         assert time.monotonic() < deadline, stack.log("w")
         time.sleep(0.2)
-    vllm_procs.stop("vllm-s1", signal.SIGKILL)
+    # the worker is held still while its server dies, so the kill lands mid-run however busy the machine is
+    w.send_signal(signal.SIGSTOP)
     killed_at = stack.raw_count(1)
+    vllm_procs.stop("vllm-s1", signal.SIGKILL)
+    w.send_signal(signal.SIGCONT)  # its in-flight requests find the server gone
     restart(1)
     stack.wait_workers(["w"], timeout=900)
     log = stack.log("w", tail=100_000)
