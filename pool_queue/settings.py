@@ -79,7 +79,9 @@ class Settings(BaseSettings):
     heartbeat_s: float = Field(default=5.0, gt=0)
     rescue_s: float = Field(default=15.0, gt=0, description="how often each worker re-queues expired leases")
     job_max_failures: int = Field(default=3, ge=1, description="runs that raised before a job is failed for good")
-    wait_redis_s: float = Field(default=3600.0, ge=0, description="how long a worker waits out a Redis outage")
+    wait_redis_s: float = Field(
+        default=3600.0, ge=0, description="how long a worker or pool-launch waits out a Redis outage"
+    )
     wait_server_s: float = Field(default=3600.0, ge=0, description="how long a starting worker waits for its server")
 
     @model_validator(mode="after")

@@ -112,6 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     phases = plan_phases(s, protocol, a.step, a.split, devices(s.ngpu, a.sim))
     if not phases[0]:
         fail("no GPU visible (CUDA_VISIBLE_DEVICES / nvidia-smi); NGPU=N or --sim for simulated servers")
+    _wait_redis(s)  # before any server starts: a node job resubmitted during a Redis restart waits, as workers do
     if len(phases) > 1:
         order = [f"steps {','.join(map(str, ph[0].steps))} on {protocol.steps[ph[0].steps[0]].model}" for ph in phases]
         print(f"{len(phases[0])} GPU(s), every step: " + ", then ".join(order))
@@ -134,6 +135,29 @@ def main(argv: list[str] | None = None) -> None:
     enqueue.run_steps(s, protocol, steps, plan_only=True, label=a.step is None)
     if screen is not None:
         _say_what_waits(protocol, screen, served)
+
+
+def _wait_redis(s: Settings) -> None:
+    """Until Redis answers: one line when the outage begins and one when it ends, up to POOL_WAIT_REDIS_S; a
+    refused password is not an outage (one line, exit 2, at once)."""
+    conn, t0, pause, said = s.redis(), time.monotonic(), 0.2, False
+    while True:
+        try:
+            conn.ping()
+            break
+        except AuthenticationError:
+            raise
+        except RedisError as e:
+            if not said:
+                print(f"Redis at {s.redis_where()} unreachable ({type(e).__name__}); waiting up to "
+                      f"{s.wait_redis_s:.0f} s (POOL_WAIT_REDIS_S)", file=sys.stderr, flush=True)  # fmt: skip
+                said = True
+            if time.monotonic() - t0 > s.wait_redis_s:
+                fail(f"Redis at {s.redis_where()} did not answer for {s.wait_redis_s:.0f} s (POOL_WAIT_REDIS_S)")
+            time.sleep(pause)
+            pause = min(2 * pause, 2.0)
+    if said:
+        print(f"Redis at {s.redis_where()} is back after {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
 
 
 def _say_what_waits(protocol: Protocol, screen: Screen, served: set[int]) -> None:

@@ -230,6 +230,34 @@ def test_one_command_screens_every_step_on_one_gpu_and_a_step_launch_says_what_w
         assert {k: (r["status"], r["removed"]) for k, r in got.items()} == {k: ("ok", v[0]) for k, v in items.items()}
 
 
+def test_a_launcher_started_while_redis_is_down_waits_for_it_and_a_wrong_password_is_named_at_once(
+    pool_root, procs, tmp_path
+):
+    """A node job resubmitted during a Redis restart: pool-launch waits (one line when the outage begins,
+    one when it ends) instead of exiting; a refused password is one line and exit 2, before any server."""
+    port = free_port()
+    env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": f"redis://127.0.0.1:{port}/0", "NGPU": "1",
+           "PORT0": str(free_port()), "POOL_WAIT_REDIS_S": "600"}  # fmt: skip
+    argv = [sys.executable, "-m", "pool_queue.commands.launch", "--step", "1", "--sim", "--burst"]
+    log = (tmp_path / "launch.err").open("w+")
+    with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=log, text=True) as launch:
+        while "unreachable" not in (tmp_path / "launch.err").read_text():
+            assert launch.poll() is None, (tmp_path / "launch.err").read_text()
+            time.sleep(0.2)
+        assert not (pool_root / "logs").exists() or not list((pool_root / "logs").glob("vllm_*"))  # nothing started
+        procs.redis(port, tmp_path / "redis", password="right")  # Redis comes back (with a password: see below)
+        launch.communicate(timeout=120)
+    err = (tmp_path / "launch.err").read_text()
+    assert launch.returncode == 2 and err.count("unreachable") == 1, err  # back, but it wants a password
+    assert "Redis refused the password" in err.strip().splitlines()[-1] and "Traceback" not in err, err
+    procs.stop(f"redis-{port}")
+    procs.redis(port, tmp_path / "redis2")
+    env["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "unreachable" not in done.stderr and "REMAINING_TOTAL=0" in done.stdout, (
+        done.stderr[-2000:])  # fmt: skip
+
+
 def test_launcher_restarts_a_worker_killed_mid_screen(pool_root, redis_url):
     port0 = free_port()
     env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(port0),
