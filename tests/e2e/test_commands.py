@@ -195,6 +195,13 @@ def _export_reads_as_one_table(root: Path, out: Path) -> None:
     assert ds.dataset(str(out / "parquet"), format="parquet").count_rows() == both.num_rows  # the folder: one dataset
     assert len(pd.read_parquet(out / "parquet")) == both.num_rows
     glob = f"{out}/parquet/*.parquet"
+    cli = subprocess.run(
+        [str(Path(sys.executable).parent / "duckdb"), "-csv", "-c", f"select count(*) from '{glob}'"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # the README's duckdb line, as make installs it
+    assert cli.returncode == 0 and cli.stdout.split()[-1] == str(both.num_rows), cli.stderr
     query = "select step, benchmark, count(*), sum(removed::int) from '{}' where status = 'ok' "
     query += "group by all order by 1, 2"
     got = duckdb.sql(query.format(glob)).fetchall()
