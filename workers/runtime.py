@@ -33,6 +33,7 @@ from pool_queue.protocol import Protocol
 from pool_queue.queue import Screen
 from pool_queue.rows import Row
 from pool_queue.store import SegmentWriter, Store
+from pool_queue.text import printable
 
 from .client import ServerMisconfigured, VLLMClient
 from .metrics import Metrics
@@ -242,7 +243,7 @@ class Worker:
         except RedisGone as e:  # rows are on disk; the lease expires and the job is re-run, skipping them
             self._stop(e)
         except Exception as e:
-            reason = f"{type(e).__name__}: {e}"
+            reason = printable(f"{type(e).__name__}: {e}")  # it goes to Redis and the status view: valid UTF-8
             self.last_error = f"job {lease.job.id}: {reason}"[:300]
             log.exception("%s: job %s raised (run %d)", self.name, lease.job.id, lease.failures + 1)
             final = await self._end(leases.fail, self.conn, lease, reason, self.name, self.timing.max_failures, self.rq)
