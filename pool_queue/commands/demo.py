@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -52,6 +53,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--fresh", action="store_true", help="start a new results root (keep the pool)")
     a = p.parse_args(argv)
     con = Console()
+    # Ctrl-C stops the demo wherever it was started: a shell starts background jobs with SIGINT ignored, and a
+    # Python started so would otherwise never raise KeyboardInterrupt
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         _demo(a, con)
     except KeyboardInterrupt:  # every process was stopped on the way out; the rows stay
