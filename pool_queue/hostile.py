@@ -1,4 +1,4 @@
-"""A hostile pool: ~50 kinds of messy items and frames added to a synthetic root, each with what must
+"""A hostile pool: ~90 kinds of messy items and frames added to a synthetic root, each with what must
 happen to it. `pool-synth --hostile` writes it; tests/test_hostile.py screens it to the end.
 
 Expectations (`Kind.expect`): "rejected" (named in the `pool-items` report, with `reason`), "ok" (an

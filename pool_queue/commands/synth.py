@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--bad-items", action="store_true", help="add a file of invalid items (one per rule)")
     p.add_argument("--items-per-video", type=int, default=0, help="exactly N items per video (0: at random)")
     p.add_argument("--corrupt-frames", type=int, default=0, help="videos whose frames get damaged")
-    p.add_argument("--hostile", action="store_true", help="add ~50 kinds of messy items and frames")
+    p.add_argument("--hostile", action="store_true", help="add ~90 kinds of messy items and frames")
     a = p.parse_args(argv)
     cfg = SynthConfig(
         n_items=a.items,

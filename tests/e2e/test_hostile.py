@@ -1,4 +1,4 @@
-"""A hostile pool (pool_queue.hostile: ~50 kinds of messy items and frames) screened to the end over real
+"""A hostile pool (pool_queue.hostile: ~90 kinds of messy items and frames) screened to the end over real
 Redis, simulators and workers: no job fails, every valid item is settled at each step it reaches, every
 invalid one is named with a reason, and the package root is byte-identical afterwards."""
 
