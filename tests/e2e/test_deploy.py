@@ -281,7 +281,7 @@ def test_launcher_restarts_a_worker_killed_mid_screen(pool_root, redis_url):
     assert "REMAINING_TOTAL=0" in out and store.winners(1).num_rows == 240
 
 
-def test_launcher_explains_a_server_that_fails_to_start(pool_root, tmp_path):
+def test_launcher_explains_a_server_that_fails_to_start(pool_root, tmp_path, redis_url):
     fake = tmp_path / "vllm"
     fake.write_text(
         "#!/bin/sh\necho 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB'\nexit 1\n"
@@ -296,7 +296,7 @@ def test_launcher_explains_a_server_that_fails_to_start(pool_root, tmp_path):
         refs = snap.parent.parent / "refs"
         refs.mkdir(exist_ok=True)
     env = {**os.environ, "POOL_ROOT": str(pool_root), "VLLM": str(fake), "HF_HOME": str(hub),
-           "CUDA_VISIBLE_DEVICES": "0", "HF_HUB_OFFLINE": "1"}  # fmt: skip
+           "CUDA_VISIBLE_DEVICES": "0", "HF_HUB_OFFLINE": "1", "REDIS_URL": redis_url}  # fmt: skip
     out = subprocess.run(
         [sys.executable, "-m", "pool_queue.commands.launch", "--step", "1", "--health-timeout", "30"],
         env=env, capture_output=True, text=True, timeout=120,
