@@ -5,11 +5,12 @@ The run package fixed MAX_SEQS at 64 for every step; on the H200 that left the G
 steps 1-2, where 256 sequences and 512 requests in flight reached 97 % (h200.md). Step 3's prompts
 are ~20 times longer and there 64 was the best measured batch: more only queued inside the server
 and cost prefix-cache hits. So each group gets the measured best batch (`CAP`), lowered to what its
-KV cache holds twice over on a smaller GPU (a 32 GB card keeps the run package's 64 for the 8B, and
-takes fewer for step 3's long prompts, so no start-up runs out of memory). A worker keeps twice the
-batch in flight for short prompts (the server always has queued work) and one batch for long ones,
-spread over worker processes of at most `PER_PROCESS` each: one process sent ~640 forwards/s to an
-H200 at 76 % busy, four of 128 reached 904 at 97 % (h200.md). MAX_SEQS and WORKERS set by the user win.
+KV cache holds twice over on a smaller GPU (a 32 GB card gets 32 for the 8B, as the run package
+advises there, and fewer for step 3's long prompts, so no start-up runs out of memory). A worker keeps
+twice the batch in flight for short prompts (the server always has queued work) and one batch for long
+ones, spread over worker processes of at most `PER_PROCESS` each: in pool-launch on an H200, one process
+of 512 kept steps 1-2 76 % busy, four of 128 84 % (h200.md, 2026-12-04). MAX_SEQS and WORKERS set by
+the user win.
 """
 
 from __future__ import annotations
