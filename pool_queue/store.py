@@ -173,25 +173,64 @@ class Store:
         return out
 
 
+class StoreWriteError(OSError):
+    """Rows could not be put on disk (full, read-only or over a size limit): nothing of the batch is left
+    behind, and the job that made them must not be acknowledged."""
+
+    def __init__(self, err: OSError, folder: Path, nbytes: int) -> None:
+        super().__init__(err.errno, f"cannot write rows to {folder}: {err.strerror or err}")
+        self.folder = folder
+        self.nbytes = nbytes
+
+
 class SegmentWriter:
-    """Appends rows to this process's own segment; `write` returns once they are on disk."""
+    """Appends rows to this process's own segment; `write` returns once they are on disk.
+
+    Unbuffered: a failed write leaves nothing in a buffer to be flushed later, and the segment is cut
+    back to its last whole batch, so no reader ever meets a torn line between two rows. After a failure
+    the next batch goes to a fresh segment (the old one may keep a torn tail if it could not be cut,
+    which readers skip at a segment's end)."""
 
     def __init__(self, step_dir: Path, name: str) -> None:
-        step_dir.mkdir(parents=True, exist_ok=True)
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-        stamp = time.strftime("%Y%m%dT%H%M%S")
-        self.path = step_dir / f"seg-{safe}-{socket.gethostname()}-{os.getpid()}-{stamp}.jsonl"
-        self._f = self.path.open("ab")
+        self.step_dir = step_dir
+        self.safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+        self._fd: int | None = None
+        self.path = self._open()
+
+    def _open(self) -> Path:
+        self.step_dir.mkdir(parents=True, exist_ok=True)
+        stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{time.monotonic_ns() % 10**9:09d}"  # a re-open is a new file
+        path = self.step_dir / f"seg-{self.safe}-{socket.gethostname()}-{os.getpid()}-{stamp}.jsonl"
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        return path
 
     def write(self, rows: list[dict[str, Any]]) -> None:
         if not rows:
             return
-        self._f.write(b"".join(_line(r) for r in rows))
-        self._f.flush()
-        os.fsync(self._f.fileno())
+        data = memoryview(b"".join(_line(r) for r in rows))
+        size = len(data)
+        try:
+            if self._fd is None:
+                self.path = self._open()
+            fd = self._fd
+            assert fd is not None
+            good = os.fstat(fd).st_size
+            try:
+                while data:
+                    data = data[os.write(fd, data) :]
+                os.fsync(fd)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, good)
+                self.close()
+                raise
+        except OSError as e:
+            raise StoreWriteError(e, self.step_dir, size) from e
 
     def close(self) -> None:
-        self._f.close()
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
 
     def __enter__(self) -> SegmentWriter:
         return self
