@@ -4,8 +4,8 @@ RQ's released workers run one job at a time; ours runs several at once over asyn
 RQ's lifecycle itself and writes only what RQ reads back, through RQ's own methods: an Execution
 per job in the StartedJobRegistry (its score is the lease's expiry), `Execution.heartbeat` and
 `Job.heartbeat` to extend it, RQ's registries and results at the end. A worker that dies stops
-heartbeating; once its lease expires, RQ's `StartedJobRegistry.cleanup` (run by every worker's
-rescue loop, `pool-enqueue`, `pool-status` and `rq info`) puts the job back on its queue.
+heartbeating; once its lease expires, RQ's `StartedJobRegistry.cleanup` (run on Redis's clock by every
+worker's rescue loop, `pool-enqueue` and `pool-status`: `rescue.py`) puts the job back on its queue.
 
 Every end of a job is one transaction that first checks the job is still ours (status STARTED and
 our execution registered). A job that was rescued, re-created or flushed meanwhile is left alone,
@@ -24,15 +24,15 @@ from redis import Redis, RedisError
 from redis.client import Pipeline
 from rq import Queue
 from rq.executions import Execution
-from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job, JobStatus
-from rq.registry import FinishedJobRegistry, StartedJobRegistry
+from rq.registry import FinishedJobRegistry
 from rq.results import Result
 from rq.serializers import JSONSerializer
 from rq.utils import now, utcformat
 from rq.worker import BaseWorker
 
 from .queue import RESULT_TTL_S, ChunkJob, Screen
+from .rescue import redis_now
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -104,11 +104,13 @@ def _start(screen: Screen, job: Job, queue: Queue, worker_name: str, lease_s: in
 
     def txn(p: Pipeline) -> Execution | None:
         status = _text(p.hget(job.key, "status"))
+        expiry = redis_now(p) + lease_s
         p.multi()
         p.lrem(queue.intermediate_queue_key, 1, job.id)
         if status != JobStatus.QUEUED:
             return None
         execution = Execution.create(job, lease_s, pipeline=p, worker_name=worker_name)
+        p.zadd(job.started_job_registry.key, {execution.composite_key: expiry}, xx=True)  # on Redis's clock
         job.prepare_for_execution(worker_name, pipeline=p)
         p.hset(job.key, "meta", job.serializer.dumps(job.meta))  # RQ's own encoding of its meta field
         return execution
@@ -128,10 +130,13 @@ def heartbeat(conn: Redis, leases: list[Lease], lease_s: int) -> None:
 
     def txn(p: Pipeline) -> None:
         there = [bool(p.exists(lease.job.key)) for lease in leases]
+        expiry = redis_now(p) + lease_s
         p.multi()
         for lease, ok in zip(leases, there, strict=True):
             if ok:
-                lease.execution.heartbeat(lease.job.started_job_registry, lease_s, pipeline=p)
+                reg = lease.job.started_job_registry
+                lease.execution.heartbeat(reg, lease_s, pipeline=p)
+                p.zadd(reg.key, {lease.execution.composite_key: expiry}, xx=True)  # on Redis's clock (rescue.py)
                 lease.job.heartbeat(now(), lease_s, pipeline=p)
 
     _transact(conn, txn, *(lease.job.key for lease in leases))
@@ -210,9 +215,12 @@ def finish(
     return ours
 
 
-def give_back(conn: Redis, lease: Lease) -> bool:
-    """Return a job untouched to the front of its queue (worker stopping, server misconfigured)."""
-    lease.job.meta["taken"] = max(0, int(lease.job.meta.get("taken", 1)) - 1)
+def give_back(conn: Redis, lease: Lease, untouched: bool = True) -> bool:
+    """Return a job to the front of its queue (worker stopping, server misconfigured, silent or unwritable
+    disk). A job that may have left rows (`untouched` False) keeps its count of takes, so its next run
+    checks the store first."""
+    if untouched:
+        lease.job.meta["taken"] = max(0, int(lease.job.meta.get("taken", 1)) - 1)
     return _owned(conn, lease, lambda p: lease.queue.enqueue_job(lease.job, pipeline=p, at_front=True))
 
 
@@ -239,29 +247,6 @@ def fail(
             lease.queue.enqueue_job(job, pipeline=p)
 
     return _owned(conn, lease, then) and final
-
-
-def rescue(conn: Redis, queues: list[Queue]) -> int:
-    """Put back jobs whose lease expired (RQ's abandoned-job handling, with the job's Retry budget),
-    and jobs left between the queue and the started registry by a worker killed in that instant."""
-    n = 0
-    for q in queues:
-        reg = StartedJobRegistry(queue=q)
-        n += len(reg.get_expired_job_ids())
-        reg.cleanup()
-        inter = IntermediateQueue(q.key, conn)
-        for jid in inter.get_job_ids():
-            if jid in reg:
-                continue
-            if inter.set_first_seen(jid) or not inter.should_be_cleaned_up(jid):
-                continue
-            with conn.pipeline() as p:
-                p.lrem(inter.key, 1, jid)
-                if conn.exists(Job.key_for(jid)):
-                    p.rpush(q.key, jid)
-                    n += 1
-                p.execute()
-    return n
 
 
 def _text(v: bytes | str | None) -> str | None:

@@ -16,11 +16,11 @@ import redis
 
 from .errors import SetupError
 from .items import ItemSet
-from .lease import rescue
 from .plan import Plan, make_plan
 from .progress import count_progress
 from .protocol import Protocol
 from .queue import BATCH, Screen, cuts
+from .rescue import rescue
 from .store import Store
 
 
@@ -44,7 +44,7 @@ def rescue_abandoned(protocol: Protocol, screen: Screen) -> int:
     """Jobs of dead workers back on their queues, for every step (once, before planning)."""
     try:
         return rescue(screen.conn, [screen.queue(n) for n in protocol.steps])
-    except redis.AuthenticationError:
+    except (redis.AuthenticationError, redis.OutOfMemoryError):  # named by cli.reports_errors
         raise
     except redis.RedisError as e:
         raise SetupError(f"cannot reach Redis: {e}") from e
@@ -76,7 +76,7 @@ def produce(
             q = screen.snapshot([step])[step]
             held = [i for c in screen.payloads([*q.pending, *q.failed]).values() for i in c.items]
             n_failed = len(q.failed)
-    except redis.AuthenticationError:
+    except (redis.AuthenticationError, redis.OutOfMemoryError):  # named by cli.reports_errors
         raise
     except redis.RedisError as e:
         if not plan_only:

@@ -21,6 +21,7 @@ from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry
 from rq.serializers import JSONSerializer
 
+from .rescue import expire_leases
 from .store import Store
 
 JOB_FUNC = "workers.tasks.screen_chunk"
@@ -134,12 +135,14 @@ class Screen:
     def snapshot(self, steps: Iterable[int]) -> dict[int, StepQueue]:
         """Every job of these steps by state: the one view that status, planning and the launcher read.
 
-        Counting the started registry runs RQ's cleanup, so jobs of dead workers go back to their
-        queue here too (as in `rq info`)."""
+        Expired leases go back to their queue first (on Redis's clock), so jobs of dead workers show as
+        waiting."""
         out = {}
+        steps = list(steps)
+        expire_leases(self.conn, [self.queue(s) for s in steps])
         for step in steps:
             q = self.queue(step)
-            running = q.started_job_registry.get_job_ids()  # cleanup first: rescued jobs show as waiting
+            running = q.started_job_registry.get_job_ids(cleanup=False)
             waiting = [_text(j) for j in self.conn.lrange(q.key, 0, -1)]
             moving = [_text(j) for j in self.conn.lrange(q.intermediate_queue_key, 0, -1)]
             failed_ids = FailedJobRegistry(queue=q).get_job_ids()
@@ -182,10 +185,12 @@ class Screen:
 
     def busy(self, steps: Iterable[int]) -> bool:
         """Any job of these steps waiting, being handed over, or running (counts only: polled often;
-        counting the started registry runs RQ's cleanup, as `snapshot` does)."""
+        expired leases go back first, as in `snapshot`)."""
+        steps = list(steps)
+        expire_leases(self.conn, [self.queue(s) for s in steps])
         for step in steps:
             q = self.queue(step)
-            running = q.started_job_registry.count  # first: its cleanup re-queues jobs of dead workers
+            running = q.started_job_registry.get_job_count(cleanup=False)
             if running or q.count or self.conn.llen(q.intermediate_queue_key):
                 return True
         return False

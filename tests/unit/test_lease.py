@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from stack import make_screen
 from pool_queue import lease
 from pool_queue.protocol import Protocol
 from pool_queue.queue import Screen, other_screens
+from pool_queue.rescue import redis_now, rescue
 
 P = Protocol()
 IDS = [f"item-{i:03d}" for i in range(10)]
@@ -91,7 +91,7 @@ def test_a_rescued_job_is_never_also_acknowledged(screen: Screen) -> None:
     screen.enqueue_chunks(1, IDS[:5], 5)
     held = take(screen, lease_s=1)
     time.sleep(1.5)  # no heartbeat: the lease expires
-    assert lease.rescue(screen.conn, [screen.queue(1)]) == 1
+    assert rescue(screen.conn, [screen.queue(1)]) == 1
     assert screen.snapshot([1])[1].waiting == [held.job.id]
     assert not lease.finish(screen, held, ["item-001"], 2)  # the late ack of the first run writes nothing...
     assert held.job.get_status(refresh=True) == JobStatus.QUEUED
@@ -108,7 +108,7 @@ def test_heartbeats_keep_a_job_past_its_lease(screen: Screen) -> None:
     for _ in range(8):  # 4 s, twice the lease
         time.sleep(0.5)
         lease.heartbeat(screen.conn, [held], 2)
-        assert lease.rescue(screen.conn, [screen.queue(1)]) == 0
+        assert rescue(screen.conn, [screen.queue(1)]) == 0
     assert screen.snapshot([1])[1].running == [held.job.id]
     assert lease.finish(screen, held, [], 2)
 
@@ -165,19 +165,70 @@ def test_one_root_is_one_screen_wherever_it_is_mounted(tmp_path: Path, redis_url
     assert make_screen(tmp_path / "mnt", redis_url).id == a.id
 
 
-def test_a_worker_killed_between_taking_and_registering_a_job_loses_it_for_a_minute_at_most(
-    screen: Screen, monkeypatch: pytest.MonkeyPatch
+def test_an_id_left_in_the_intermediate_list_is_back_on_the_next_rescue_pass_or_at_once_on_request(
+    screen: Screen,
 ) -> None:
-    import rq.intermediate_queue
+    """A worker (or Redis) that died between RQ's move of a job id and the job's start: a rescuer's second
+    pass puts it back (no clock involved), a one-off recovery (`pool-enqueue`) at once."""
     from rq import Queue
 
+    screen.enqueue_chunks(1, IDS, 5)
+    for _ in range(2):  # both jobs moved, neither started
+        assert Queue.dequeue_any([screen.queue(1)], None, connection=screen.conn, serializer=JSONSerializer)
+    seen: set[str] = set()
+    assert rescue(screen.conn, [screen.queue(1)], seen) == 0 and len(seen) == 2  # first seen now
+    assert rescue(screen.conn, [screen.queue(1)], seen) == 2 and not seen
+    assert screen.conn.llen(screen.queue(1).intermediate_queue_key) == 0
+    assert Queue.dequeue_any([screen.queue(1)], None, connection=screen.conn, serializer=JSONSerializer)
+    assert rescue(screen.conn, [screen.queue(1)]) == 1  # pool-enqueue: at once
+    assert {take(screen).job.id for _ in range(2)} == set(screen.snapshot([1])[1].running)
+
+
+def test_putting_back_an_id_a_live_worker_is_starting_runs_the_job_once(
+    screen: Screen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The harmless race of an at-once rescue: the id goes back while its worker starts the job; the
+    worker still runs it, and the second copy of the id is passed over by the next worker."""
+    from rq import Queue
+
+    real = Queue.dequeue_any
+
+    def racing(*args: object, **kwargs: object) -> object:
+        got = real(*args, **kwargs)  # type: ignore[arg-type]
+        rescue(screen.conn, [screen.queue(1)])  # pool-enqueue --step all, in that instant
+        return got
+
     screen.enqueue_chunks(1, IDS[:5], 5)
-    taken = Queue.dequeue_any([screen.queue(1)], None, connection=screen.conn, serializer=JSONSerializer)
-    assert taken is not None  # moved to RQ's intermediate list; the worker dies before registering it
-    assert lease.rescue(screen.conn, [screen.queue(1)]) == 0  # first seen now
-    real_now = rq.intermediate_queue.now
-    monkeypatch.setattr(rq.intermediate_queue, "now", lambda: real_now() + timedelta(seconds=59))
-    assert lease.rescue(screen.conn, [screen.queue(1)]) == 0
-    monkeypatch.setattr(rq.intermediate_queue, "now", lambda: real_now() + timedelta(seconds=61))
-    assert lease.rescue(screen.conn, [screen.queue(1)]) == 1  # RQ's one-minute rule, then back
-    assert take(screen).job.id == taken[0].id
+    monkeypatch.setattr(Queue, "dequeue_any", staticmethod(racing))
+    first = take(screen)
+    monkeypatch.setattr(Queue, "dequeue_any", real)
+    assert screen.conn.lrange(screen.queue(1).key, 0, -1) == [first.job.id.encode()]  # the second copy
+    assert lease.claim(screen, [screen.queue(1)], "w2", 30) is None  # passed over: it runs once
+    assert lease.finish(screen, first, [], 2)
+
+
+@pytest.mark.parametrize("skew_s", [-120, 120])
+def test_a_node_whose_clock_is_minutes_off_holds_leases_on_redis_time(
+    screen: Screen, monkeypatch: pytest.MonkeyPatch, skew_s: int
+) -> None:
+    """RQ writes a lease's expiry from the local clock: a node 2 minutes behind would have its healthy jobs
+    re-queued by every rescue, one 2 minutes ahead would hold dead jobs 2 minutes too long. Our leases are
+    written and judged on Redis's clock, whatever the node's."""
+    import rq.executions
+    import rq.registry
+
+    real = rq.registry.current_timestamp
+    for mod in (rq.registry, rq.executions):
+        monkeypatch.setattr(mod, "current_timestamp", lambda: real() + skew_s)  # this node's clock
+    screen.enqueue_chunks(1, IDS[:5], 5)
+    held = take(screen, lease_s=2)
+    reg = screen.queue(1).started_job_registry
+    expiry = screen.conn.zscore(reg.key, held.execution.composite_key)
+    assert expiry is not None and abs(expiry - (redis_now(screen.conn) + 2)) < 1.5
+    for _ in range(6):  # 3 s, longer than the lease: heartbeats keep it, whatever this clock says
+        time.sleep(0.5)
+        lease.heartbeat(screen.conn, [held], 2)
+        assert rescue(screen.conn, [screen.queue(1)]) == 0
+    monkeypatch.undo()  # the rescuer's own clock is right: it still judges on Redis's
+    time.sleep(2.5)  # no more heartbeats: the worker died
+    assert rescue(screen.conn, [screen.queue(1)]) == 1
