@@ -82,5 +82,8 @@ def reports_errors(main: Callable[P, None]) -> Callable[P, None]:
             fail(f"{e.strerror or e}" + (f": {e.filename}" if e.filename else ""))
         except redis.AuthenticationError as e:
             fail(f"Redis refused the password ({e}); check REDIS_PASSWORD or the URL")
+        except redis.OutOfMemoryError:
+            fail("Redis is at its maxmemory and refuses writes (OOM): raise its maxmemory (the README's Redis "
+                 "memory says how much a pool needs) or free memory, then run the same command again")  # fmt: skip
 
     return run

@@ -19,8 +19,10 @@ import redis
 from pool_queue.errors import SetupError
 
 T = TypeVar("T")
+FULL = "is at its maxmemory and refuses writes (OOM: raise maxmemory, see the README's Redis memory)"
 log = logging.getLogger(__name__)
-OUTAGE = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+# Waited out: Redis away, loading, or at its maxmemory refusing writes (a transaction refused whole).
+OUTAGE = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, redis.OutOfMemoryError)
 
 
 class RedisGone(SetupError, RuntimeError):
@@ -33,6 +35,7 @@ class RedisLink:
         self.wait_s = wait_s
         self.who = who
         self.down_since: float | None = None
+        self.full = False  # the outage is Redis at its maxmemory: only a write that went through ends it
         # Its own threads: heartbeats must never queue behind frame encoding in the default executor,
         # or a busy step-3 worker misses its leases and its jobs are run twice.
         self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="redis")
@@ -46,7 +49,7 @@ class RedisLink:
 
     async def call(self, fn: Callable[..., T], *args: object) -> T:
         """`fn(*args)` in a thread, repeated while Redis is unreachable (up to `wait_s`)."""
-        pause = 0.2
+        pause, refused = 0.2, False
         while True:
             try:
                 out = await self._run(fn, *args)
@@ -54,13 +57,14 @@ class RedisLink:
                 raise  # a wrong password: no wait would help (cli.reports_errors names it, exit 2)
             except OUTAGE as e:
                 self._down(e)
+                refused |= isinstance(e, redis.OutOfMemoryError)
                 assert self.down_since is not None
                 if time.monotonic() - self.down_since > self.wait_s:
                     raise RedisGone(f"Redis at {self.where} did not answer for {self.wait_s:.0f} s: {e}") from e
                 await asyncio.sleep(pause)
                 pause = min(2 * pause, 2.0)
                 continue
-            self._up()
+            self._up(wrote=refused)
             return out
 
     async def attempt(self, fn: Callable[..., T], *args: object) -> T | None:
@@ -72,22 +76,26 @@ class RedisLink:
         except OUTAGE as e:
             self._down(e)
             return None
-        self._up()
+        self._up(wrote=False)
         return out
 
     def _down(self, e: Exception) -> None:
         if self.down_since is None:
             self.down_since = time.monotonic()
+            self.full = isinstance(e, redis.OutOfMemoryError)
+            what = FULL if isinstance(e, redis.OutOfMemoryError) else f"unreachable ({type(e).__name__})"
             log.warning(
-                "%s: Redis at %s unreachable (%s); in-flight work goes on, rows stay on disk; waiting up to %.0f s",
+                "%s: Redis at %s %s; in-flight work goes on, rows stay on disk; waiting up to %.0f s",
                 self.who,
                 self.where,
-                type(e).__name__,
+                what,
                 self.wait_s,
             )
 
-    def _up(self) -> None:
-        if self.down_since is not None:
+    def _up(self, wrote: bool) -> None:
+        """An answer ends an outage; a full Redis answers reads, so only a call it refused before, now
+        through, ends that one."""
+        if self.down_since is not None and (wrote or not self.full):
             gone = time.monotonic() - self.down_since
             log.warning("%s: Redis at %s is back after %.1f s", self.who, self.where, gone)
             self.down_since = None
