@@ -35,6 +35,7 @@ class WorkerSnapshot(BaseModel):
     forwards_per_s: float
     outage_s: float  # time spent waiting for a server that was down
     server_up: bool  # the worker's last request to the server got an answer
+    held: str | None = None  # why it takes no new work now (a silent server, rows it cannot write)
     last_error: str | None = None
     metrics_url: str | None = None
     started_at: float

@@ -62,12 +62,18 @@ class Settings(BaseSettings):
     # Worker behaviour.
     max_attempts: int = Field(default=4, ge=1, description="attempts per forward for transient failures")
     request_timeout_s: float = Field(default=120.0, gt=0)
+    server_silent_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="a worker whose server answered no forward this long gives its jobs back (2 x request timeout)",
+    )
     retry_backoff_s: float = Field(default=0.5, ge=0, description="first retry's backoff; doubles per attempt")
     chunk_size: int = Field(default=64, ge=1, le=10_000)
     max_frame_pixels: int = Field(default=50_000_000, ge=1, description="a larger frame is an error row, never decoded")
     fault_items: Annotated[frozenset[str], NoDecode] = Field(
         default_factory=frozenset, description="tests only: item ids whose screening raises inside the worker"
     )
+    clock_skew_s: float = Field(default=0.0, description="tests only: this worker's wall clock runs this far off")
     video_send: Literal["adjacent", "serial"] = Field(
         default="adjacent",  # H200, 448-px JPEG frames, 3 items per video: 29.8 items/s adjacent, 21.1 serial (h200.md)
         description="steps with frames: a video's items all at once; or its first, then its siblings once answered",
@@ -83,6 +89,12 @@ class Settings(BaseSettings):
         default=3600.0, ge=0, description="how long a worker or pool-launch waits out a Redis outage"
     )
     wait_server_s: float = Field(default=3600.0, ge=0, description="how long a starting worker waits for its server")
+
+    @property
+    def silent_bound_s(self) -> float:
+        """Two full request timeouts: a healthy server answers some forward within one, and a forward has
+        (by default) 4 attempts before its item is charged, so the jobs move before any item is."""
+        return self.server_silent_s or 2 * self.request_timeout_s
 
     @model_validator(mode="after")
     def _beats_within_lease(self) -> Settings:

@@ -116,6 +116,8 @@ class VLLMClient:
         self.outage_s = 0.0  # time spent waiting for a down server
         self._down_since: float | None = None
         self.retries = 0
+        self._waiting = 0  # forwards sent (or waiting for /health) and not yet answered
+        self._quiet_from = time.monotonic()  # the last answer, or when forwards began waiting after none
 
     async def aclose(self) -> None:
         await self.http.aclose()
@@ -125,6 +127,14 @@ class VLLMClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    def silent_s(self) -> float:
+        """How long forwards have waited with no usable answer from the server (0 with none waiting). A
+        restarting server is silent too; one wedged, or stopped with its port open, stays so."""
+        return time.monotonic() - self._quiet_from if self._waiting else 0.0
+
+    def _answered(self) -> None:
+        self._quiet_from = time.monotonic()
 
     @property
     def up(self) -> bool:
@@ -205,6 +215,8 @@ class VLLMClient:
             )
         except httpx.HTTPError as e:
             raise _Transient(f"{type(e).__name__}: {e}") from e
+        if r.status_code != 429 and r.status_code < 500:
+            self._answered()  # an answer, even a refusal: the server is there
         if r.status_code == 200:
             return parse_answer(r.content)
         text = _error_text(r)
@@ -218,16 +230,22 @@ class VLLMClient:
         """Send until it succeeds, fails permanently, or uses up its attempts (outages not counted)."""
         attempts = 0
         t0 = time.monotonic()
-        while True:
-            try:
-                top, tokens = await self._post(body)
-                return Answer(top, tokens, attempts + 1, time.monotonic() - t0)
-            except _Transient as e:
-                if not await self._server_up():
-                    await self.wait_up()
-                    continue
-                attempts += 1
-                self.retries += 1
-                if attempts >= self.max_attempts:
-                    raise RetriesExhausted(f"{e} (after {attempts} attempts)", attempts) from e
-                await asyncio.sleep(self.backoff_s * 2 ** (attempts - 1) * (0.5 + random.random()))
+        if not self._waiting:
+            self._quiet_from = t0
+        self._waiting += 1
+        try:
+            while True:
+                try:
+                    top, tokens = await self._post(body)
+                    return Answer(top, tokens, attempts + 1, time.monotonic() - t0)
+                except _Transient as e:
+                    if not await self._server_up():
+                        await self.wait_up()
+                        continue
+                    attempts += 1
+                    self.retries += 1
+                    if attempts >= self.max_attempts:
+                        raise RetriesExhausted(f"{e} (after {attempts} attempts)", attempts) from e
+                    await asyncio.sleep(self.backoff_s * 2 ** (attempts - 1) * (0.5 + random.random()))
+        finally:
+            self._waiting -= 1

@@ -15,6 +15,7 @@ from pool_queue.lease import Timing
 from pool_queue.protocol import Protocol
 from pool_queue.queue import screen_of
 from pool_queue.settings import Settings
+from pool_queue.sim import clock
 from pool_queue.sizing import FALLBACK_SEQS
 from pool_queue.store import Store
 
@@ -62,7 +63,10 @@ async def _main(argv: list[str] | None) -> int:
     a = _parser().parse_args(argv)
     logging.basicConfig(level=a.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("rq.job").setLevel(logging.WARNING)  # "enqueued for retry" per job: the rescue says it once
     s = settings(a, wait_server_s=a.wait_server, wait_redis_s=a.wait_redis)
+    if s.clock_skew_s:
+        clock.skew(s.clock_skew_s)
     server = a.server or (s.servers[0] if s.servers else None)
     if not server:
         fail("no server: pass --server URL or set POOL_SERVERS")
@@ -124,6 +128,7 @@ def _worker(
         timing=Timing(s.lease_s, s.heartbeat_s, s.rescue_s, s.job_max_failures),
         client=client,
         max_inflight=inflight,
+        silent_s=s.silent_bound_s,
         metrics_port=a.metrics_port if a.metrics_port is not None else s.metrics_port,
         max_frame_pixels=s.max_frame_pixels,
         fault_items=s.fault_items,

@@ -1,7 +1,8 @@
 """The worker loop: jobs from RQ -> items -> forwards (bounded in flight) -> rows on disk -> ack -> chain.
 
 Several jobs run at once so the server never drains between chunks: a new job is taken while the
-forwards still queued locally would keep the server busy for about two more rounds.
+forwards still queued locally would keep the server busy for about two more rounds. Background duties
+live in `upkeep`; what stops the worker taking work for a while (a silent server, a full disk) in `holds`.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import secrets
 import signal
 import socket
@@ -17,31 +17,33 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from rq import Worker as RQWorker
 from rq.serializers import JSONSerializer
 
 from pool_queue import lease as leases
 from pool_queue import prefix_cache, presence
-from pool_queue.frames import DEFAULT_MAX_PIXELS, video_folder
+from pool_queue.frames import DEFAULT_MAX_PIXELS
 from pool_queue.items import ItemSet
-from pool_queue.plan import next_step_ids
 from pool_queue.protocol import Protocol
 from pool_queue.queue import Screen
 from pool_queue.rows import Row
-from pool_queue.store import SegmentWriter, Store
+from pool_queue.store import SegmentWriter, Store, StoreWriteError
 from pool_queue.text import printable
 
+from . import upkeep
+from .chain import already_final, follow_up
 from .client import ServerMisconfigured, VLLMClient
+from .holds import Holds, can_write
 from .metrics import Metrics
 from .redis_link import RedisGone, RedisLink
 from .screen import Identity, Item, Screener, VideoSend
 
 log = logging.getLogger(__name__)
-CACHE_READ_S = 5.0  # how often the server's prefix-cache counters are read
+HOLD_PROBE_S = 2.0  # how often a held worker probes its server or its disk
 
 
 @dataclass
@@ -70,6 +72,7 @@ class Worker:
         timing: leases.Timing,
         client: VLLMClient,
         max_inflight: int,
+        silent_s: float = 240.0,
         poll_s: float = 0.5,
         metrics_port: int | None = None,
         max_frame_pixels: int = DEFAULT_MAX_PIXELS,
@@ -90,6 +93,7 @@ class Worker:
         self.timing = timing
         self.client = client
         self.max_inflight = max_inflight
+        self.silent_s = silent_s
         self.poll_s = poll_s
         self.queues = [screen.queue(s) for s in sorted(steps, reverse=True)]  # later steps first
         self.all_queues = [screen.queue(s) for s in protocol.steps]
@@ -107,6 +111,8 @@ class Worker:
         )
         self.writers: dict[int, SegmentWriter] = {}
         self.active: dict[str, leases.Lease] = {}
+        self.runs: dict[str, asyncio.Task[None]] = {}  # job id -> its task
+        self.holds = Holds(name)
         self.backlog = 0  # forwards of started items not yet answered
         self.stopping = asyncio.Event()
         self.more = asyncio.Event()
@@ -145,16 +151,16 @@ class Worker:
             port = self.metrics.serve(self.metrics_port)
             self.metrics_url = f"http://{socket.gethostname()}:{port}/metrics"
             log.info("%s: metrics on %s", self.name, self.metrics_url)
-        await self.link.attempt(self._beat)  # seen by pool-status at once, not one heartbeat later
-        side = [
-            asyncio.create_task(self._heartbeats()),
-            asyncio.create_task(self._rescue_loop()),
-            asyncio.create_task(self._report_loop()),
-            asyncio.create_task(self._cache_loop()),
-        ]
-        runs: set[asyncio.Task[None]] = set()
+        await self.link.attempt(upkeep.beat, self)  # seen by pool-status at once, not one heartbeat later
+        side = upkeep.tasks(self)
+        runs = self.runs
         try:
             while not self.stopping.is_set():
+                if self.holds and not await self.holds.clear():
+                    if burst and not runs and not await self._work_left():
+                        break
+                    await _first(self.stopping.wait(), asyncio.sleep(HOLD_PROBE_S))
+                    continue
                 if self.backlog >= 2 * self.max_inflight:
                     self.more.clear()
                     await _first(self.more.wait(), self.stopping.wait())
@@ -166,23 +172,21 @@ class Worker:
                     await _first(self.stopping.wait(), asyncio.sleep(self.poll_s))
                     continue
                 self.active[lease.job.id] = lease
-                t = asyncio.create_task(self._run_job(lease))
-                runs.add(t)
-                t.add_done_callback(runs.discard)
+                runs[lease.job.id] = asyncio.create_task(self._run_job(lease))
             log.info("%s: stopping: finishing %d job(s) in flight", self.name, len(runs))
             if runs:  # each job ends its own lease: acknowledged, failed or given back
-                await asyncio.gather(*runs, return_exceptions=True)
+                await asyncio.gather(*runs.values(), return_exceptions=True)
         finally:
             for t in side:
                 t.cancel()
             with contextlib.suppress(Exception):
-                await self._read_cache()  # the last interval's share
+                await upkeep.cache_share(self)  # the last interval's share
             await self.link.attempt(self.rq.register_death)  # our name is free again at once
             with contextlib.suppress(Exception):
                 await self.link.attempt(presence.withdraw, self.conn, self.name)
             for w in self.writers.values():
                 w.close()
-            self._log_progress()
+            upkeep.log_progress(self)
         if self.fatal is not None:
             log.error("%s: stopped: %s", self.name, self.fatal)
             return 4 if isinstance(self.fatal, RedisGone) else 3
@@ -216,12 +220,17 @@ class Worker:
         log.info("%s: signal received: no new jobs; finishing in-flight work", self.name)
         self.stopping.set()
 
+    def hand_back(self) -> None:
+        """Give every running job back to the queue (each job's task does it as it is cancelled)."""
+        for t in list(self.runs.values()):
+            t.cancel()
+
     # ---- one job --------------------------------------------------------------------------------
 
     async def _run_job(self, lease: leases.Lease) -> None:
         step, ids = lease.payload.step, lease.payload.items
         try:
-            skip = await asyncio.to_thread(self._already_final, step, ids) if lease.check_store else set()
+            skip = await asyncio.to_thread(already_final, self.store, step, ids) if lease.check_store else set()
             todo = [i for i in ids if i not in skip]
             n_fw = self.protocol.steps[step].n_orders
             found = self._items(todo)
@@ -233,7 +242,9 @@ class Worker:
                 raise self.fatal
             dumped = [r.model_dump(mode="json") for r in rows]
             await asyncio.to_thread(self._writer(step).write, dumped)  # on disk before the ack
-            follow = await asyncio.to_thread(self._follow_up, step, rows, skip)
+            follow = await asyncio.to_thread(
+                follow_up, self.protocol, self.store, self.frames_dir, self._videos, step, rows, skip
+            )
             await self.link.call(leases.finish, self.screen, lease, follow, self.protocol.next_step(step), self.rq)
             self.count.jobs += 1
             self.metrics.jobs.inc()
@@ -242,6 +253,13 @@ class Worker:
             await self._end(leases.give_back, self.conn, lease)
         except RedisGone as e:  # rows are on disk; the lease expires and the job is re-run, skipping them
             self._stop(e)
+        except asyncio.CancelledError:  # handed back (a silent server): rows written so far stay
+            await self._end(leases.give_back, self.conn, lease, False)
+        except StoreWriteError as e:  # nothing of the batch is on disk; other workers run it, we wait
+            probe = partial(asyncio.to_thread, can_write, e.folder, e.nbytes, self.name)
+            self.holds.begin("disk", str(e.strerror), f"rows can be written to {e.folder}", probe)
+            self.last_error = str(e.strerror)
+            await self._end(leases.give_back, self.conn, lease, False)
         except Exception as e:
             reason = printable(f"{type(e).__name__}: {e}")  # it goes to Redis and the status view: valid UTF-8
             self.last_error = f"job {lease.job.id}: {reason}"[:300]
@@ -251,6 +269,7 @@ class Worker:
                 log.error("%s: job %s failed %d times: in the failed registry", self.name, lease.job.id, lease.failures)
         finally:
             self.active.pop(lease.job.id, None)
+            self.runs.pop(lease.job.id, None)
 
     async def _end(self, fn: Callable[..., bool], *args: object) -> bool:
         try:
@@ -297,129 +316,8 @@ class Worker:
             self.writers[step] = self.store.writer(step, self.name)
         return self.writers[step]
 
-    def _already_final(self, step: int, ids: list[str]) -> set[str]:
-        final = self.store.settled(step)
-        mask = pc.is_in(pa.array(ids, pa.string()), value_set=final)
-        return {i for i, m in zip(ids, mask.to_pylist(), strict=True) if m}
-
-    def _follow_up(self, step: int, rows: list[Row], skipped: set[str]) -> list[str]:
-        """The next step's items from this job, by the planner's chain rule (`plan.next_step_ids`): of its
-        new rows, and of the stored rows of items a re-delivered job skipped (their chain may not have
-        been sent)."""
-        nxt = self.protocol.next_step(step)
-        if nxt is None:
-            return []
-        fresh = pa.table(
-            {
-                "item_id": pa.array([r.item_id for r in rows], pa.string()),
-                "status": pa.array([r.status for r in rows], pa.string()),
-                "removed": pa.array([r.removed for r in rows], pa.bool_()),
-                "video_id": pa.array([r.video_id for r in rows], pa.string()),
-            }
-        )
-        if skipped:
-            w = self.store.winners(step).select(["item_id", "status", "removed"])
-            w = w.filter(pc.is_in(w.column("item_id"), value_set=pa.array(sorted(skipped), pa.string())))
-            videos = {i: it.video_id for i, it in self._items(w.column("item_id").to_pylist()).items()}
-            known = w.filter(pc.is_in(w.column("item_id"), value_set=pa.array(list(videos), pa.string())))
-            vids = pa.array([videos[i] for i in known.column("item_id").to_pylist()], pa.string())
-            fresh = pa.concat_tables([fresh, known.append_column("video_id", vids)])
-        with_frames: list[str] = []
-        if self.protocol.steps[nxt].frames != "none":  # the planner's frame rule, exactly (one stat per video)
-            with_frames = [v for v in set(fresh.column("video_id").to_pylist()) if video_folder(self.frames_dir, v)[0]]
-        return next_step_ids(self.protocol, step, fresh, pa.array(with_frames, pa.string()))
-
-    # ---- background -----------------------------------------------------------------------------
-
-    async def _heartbeats(self) -> None:
-        while True:
-            await asyncio.sleep(self.timing.heartbeat_s)
-            try:
-                await self.link.attempt(self._beat)  # Redis away: the outage is logged once, leases have slack
-            except Exception as e:
-                log.warning("%s: heartbeat failed: %s", self.name, e)
-
-    def _beat(self) -> None:
-        leases.heartbeat(self.conn, list(self.active.values()), self.timing.lease_s)
-        if not self.conn.exists(self.rq.key):  # Redis lost its data (or our key expired): be seen again
-            self.rq.register_birth()  # type: ignore[no-untyped-call]
-        self.rq.heartbeat()
-        self.rq.set_state("busy" if self.active else "idle")
-        presence.publish(self.conn, self.snapshot())
-
-    def snapshot(self) -> presence.WorkerSnapshot:
-        c, now = self.count, time.monotonic()
-        items_per_s, forwards_per_s = self.rate.rates(now, c.items, c.forwards)
-        return presence.WorkerSnapshot(
-            name=self.name,
-            screen=self.screen.id,
-            server=self.server,
-            steps=self.steps,
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            max_inflight=self.max_inflight,
-            inflight=self.screener.in_flight,
-            active_jobs=len(self.active),
-            items=c.items,
-            forwards=c.forwards,
-            errors=c.errors,
-            removed=c.removed,
-            retries=self.client.retries,
-            items_per_s=items_per_s,
-            forwards_per_s=forwards_per_s,
-            outage_s=self.client.outage_s,
-            server_up=self.client.up,
-            last_error=self.last_error,
-            metrics_url=self.metrics_url,
-            started_at=time.time() - (now - c.started),
-            updated_at=time.time(),
-        )
-
-    async def _rescue_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.timing.rescue_s)
-            try:
-                n = await self.link.attempt(leases.rescue, self.conn, self.all_queues)  # not only ours: a step whose
-                # only worker died is rescued by the others
-                if n:
-                    log.warning("%s: re-queued %d abandoned job(s)", self.name, n)
-            except Exception as e:
-                log.warning("%s: rescue failed: %s", self.name, e)
-
-    async def _cache_loop(self) -> None:
-        while True:
-            await asyncio.sleep(CACHE_READ_S)
-            try:
-                await self._read_cache()
-            except Exception as e:  # a statistic: never worth a worker
-                log.warning("%s: reading the server's prefix-cache counters failed: %s", self.name, e)
-
-    async def _read_cache(self) -> None:
-        counters = await self.client.prefix_cache()
-        tokens, self.step_tokens = dict(self.step_tokens), Counter()
-        await asyncio.to_thread(self.cache.charge, counters, tokens)
-
-    async def _report_loop(self) -> None:
-        while True:
-            await asyncio.sleep(10)
-            self._log_progress()
-
-    def _log_progress(self) -> None:
-        c = self.count
-        dt = max(1e-9, time.monotonic() - c.started)
-        log.info(
-            "%s: %d items (%.1f/s), %d forwards (%.1f/s), %d removed, %d errors, %d jobs, %d retries, outage %.0f s",
-            self.name,
-            c.items,
-            c.items / dt,
-            c.forwards,
-            c.forwards / dt,
-            c.removed,
-            c.errors,
-            c.jobs,
-            self.client.retries,
-            self.client.outage_s,
-        )
+    def _videos(self, ids: list[str]) -> dict[str, str]:
+        return {i: it.video_id for i, it in self._items(ids).items()}
 
 
 async def _first(*aws: object) -> None:

@@ -105,6 +105,7 @@ def render(st: RunStatus) -> Group:
         rate, load = f"{w.items_per_s:.1f}", f"{w.inflight}/{w.max_inflight}"
         workers.add_row(f"{w.name}\n{w.server}", ",".join(map(str, w.steps)), rate, load, up, str(w.errors))
     parts.append(workers)
+    parts += [Text(f"{w.name} takes no work: {w.held}", overflow="fold") for w in st.workers if w.held]
     parts += [Text(f"last error of {w.name}: {w.last_error}", overflow="fold") for w in st.workers if w.last_error]
     return Group(*parts)
 

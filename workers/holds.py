@@ -1,0 +1,79 @@
+"""Why a worker takes no new work for now: its server went silent, or its rows cannot be written.
+
+Either way the worker gives its leased jobs back to the queue (other workers run them), keeps the rows
+it already wrote, and probes until the cause clears: one line when a hold begins, one when it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+PROBE_MAX_BYTES = 4 << 20
+
+
+@dataclass
+class _Hold:
+    why: str
+    back: str  # what is true again when it clears
+    since: float
+    probe: Callable[[], Awaitable[bool]]
+
+
+class Holds:
+    def __init__(self, who: str) -> None:
+        self.who = who
+        self._on: dict[str, _Hold] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._on)
+
+    def __contains__(self, kind: str) -> bool:
+        return kind in self._on
+
+    def begin(self, kind: str, why: str, back: str, probe: Callable[[], Awaitable[bool]]) -> bool:
+        """Start a hold (said once; a hold already on is left as it is). True when it is new."""
+        if kind in self._on:
+            return False
+        self._on[kind] = _Hold(why, back, time.monotonic(), probe)
+        log.warning("%s: %s: its jobs go back to the queue; no new work until that clears", self.who, why)
+        return True
+
+    async def clear(self) -> bool:
+        """Probe each hold once; True when none is left."""
+        for kind, h in list(self._on.items()):
+            if await h.probe():
+                del self._on[kind]
+                took = time.monotonic() - h.since
+                log.warning("%s: %s again, cleared after %.0f s: taking work again", self.who, h.back, took)
+        return not self._on
+
+    def describe(self) -> str | None:
+        """What holds the worker now, for pool-status."""
+        return "; ".join(h.why for h in self._on.values()) or None
+
+
+def can_write(folder: Path, nbytes: int, name: str) -> bool:
+    """Whether a file of `nbytes` can be written and synced in `folder` now (the rows that failed would fit)."""
+    probe = folder / f".probe-{name}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            data = memoryview(bytes(min(nbytes, PROBE_MAX_BYTES)))
+            while data:
+                data = data[os.write(fd, data) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return True
+    except OSError:
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()

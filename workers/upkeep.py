@@ -1,0 +1,138 @@
+"""A worker's background duties beside its jobs: leases renewed, dead workers' jobs rescued, the server
+watched for silence, its prefix-cache counters read, progress logged and published for pool-status."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from pool_queue import lease as leases
+from pool_queue import presence
+from pool_queue.rescue import rescue
+
+if TYPE_CHECKING:
+    from .runtime import Worker
+
+log = logging.getLogger(__name__)
+CACHE_READ_S = 5.0  # how often the server's prefix-cache counters are read
+REPORT_S = 10.0
+
+
+def tasks(w: Worker) -> list[asyncio.Task[None]]:
+    return [asyncio.create_task(loop(w)) for loop in (heartbeats, rescues, watch_server, read_cache, report)]
+
+
+async def heartbeats(w: Worker) -> None:
+    while True:
+        await asyncio.sleep(w.timing.heartbeat_s)
+        try:
+            await w.link.attempt(beat, w)  # Redis away: the outage is logged once, leases have slack
+        except Exception as e:
+            log.warning("%s: heartbeat failed: %s", w.name, e)
+
+
+def beat(w: Worker) -> None:
+    leases.heartbeat(w.conn, list(w.active.values()), w.timing.lease_s)
+    if not w.conn.exists(w.rq.key):  # Redis lost its data (or our key expired): be seen again
+        w.rq.register_birth()  # type: ignore[no-untyped-call]
+    w.rq.heartbeat()
+    w.rq.set_state("busy" if w.active else "idle")
+    presence.publish(w.conn, snapshot(w))
+
+
+async def rescues(w: Worker) -> None:
+    seen: set[str] = set()  # intermediate-list orphans of the previous pass
+    while True:
+        await asyncio.sleep(w.timing.rescue_s)
+        try:
+            n = await w.link.attempt(rescue, w.conn, w.all_queues, seen)  # every step's: a step whose only
+            if n:  # worker died is rescued by the others
+                log.warning("%s: re-queued %d abandoned job(s)", w.name, n)
+        except Exception as e:
+            log.warning("%s: rescue failed: %s", w.name, e)
+
+
+async def watch_server(w: Worker) -> None:
+    """A server that answers no forward for `silent_s` (wedged, stopped, or a port that never replies):
+    its jobs go back to the queue for other workers; this worker takes work again once /health answers."""
+    while True:
+        await asyncio.sleep(min(1.0, w.silent_s / 4))
+        quiet = w.client.silent_s()
+        if quiet > w.silent_s and w.active:
+            why = f"{w.server} answered no forward for {quiet:.0f} s (POOL_SERVER_SILENT_S {w.silent_s:.0f} s)"
+            if w.holds.begin("server", why, f"{w.server} answers /health", w.client.healthy):
+                w.hand_back()
+
+
+async def read_cache(w: Worker) -> None:
+    while True:
+        await asyncio.sleep(CACHE_READ_S)
+        try:
+            await cache_share(w)
+        except Exception as e:  # a statistic: never worth a worker
+            log.warning("%s: reading the server's prefix-cache counters failed: %s", w.name, e)
+
+
+async def cache_share(w: Worker) -> None:
+    counters = await w.client.prefix_cache()
+    tokens, w.step_tokens = dict(w.step_tokens), Counter()
+    await asyncio.to_thread(w.cache.charge, counters, tokens)
+
+
+async def report(w: Worker) -> None:
+    while True:
+        await asyncio.sleep(REPORT_S)
+        log_progress(w)
+
+
+def snapshot(w: Worker) -> presence.WorkerSnapshot:
+    c, now = w.count, time.monotonic()
+    items_per_s, forwards_per_s = w.rate.rates(now, c.items, c.forwards)
+    return presence.WorkerSnapshot(
+        name=w.name,
+        screen=w.screen.id,
+        server=w.server,
+        steps=w.steps,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        max_inflight=w.max_inflight,
+        inflight=w.screener.in_flight,
+        active_jobs=len(w.active),
+        items=c.items,
+        forwards=c.forwards,
+        errors=c.errors,
+        removed=c.removed,
+        retries=w.client.retries,
+        items_per_s=items_per_s,
+        forwards_per_s=forwards_per_s,
+        outage_s=w.client.outage_s,
+        server_up=w.client.up and "server" not in w.holds,
+        held=w.holds.describe(),
+        last_error=w.last_error,
+        metrics_url=w.metrics_url,
+        started_at=time.time() - (now - c.started),
+        updated_at=time.time(),
+    )
+
+
+def log_progress(w: Worker) -> None:
+    c = w.count
+    dt = max(1e-9, time.monotonic() - c.started)
+    log.info(
+        "%s: %d items (%.1f/s), %d forwards (%.1f/s), %d removed, %d errors, %d jobs, %d retries, outage %.0f s",
+        w.name,
+        c.items,
+        c.items / dt,
+        c.forwards,
+        c.forwards / dt,
+        c.removed,
+        c.errors,
+        c.jobs,
+        w.client.retries,
+        w.client.outage_s,
+    )
