@@ -15,19 +15,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rq.job import Job
-from rq.serializers import JSONSerializer
-from stack import FAST, Stack, expected
+from stack import FAST, Stack, cli, expected, running
 
 from pool_queue import presence
 from pool_queue.queue import ChunkJob
 from pool_queue.supervise import Supervisor
 
 LEASE_S, RESCUE_S = int(FAST["POOL_LEASE_S"]), float(FAST["POOL_RESCUE_S"])
-
-
-def cli(stack: Stack, *argv: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, **stack.env}
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
 
 
 def readers_work(stack: Stack) -> dict:
@@ -41,12 +35,6 @@ def readers_work(stack: Stack) -> dict:
     enq = cli(stack, str(bin_ / "pool-enqueue"), "--step", "all")
     assert enq.returncode == 0, enq.stderr
     return json.loads(st.stdout)
-
-
-def running(stack: Stack, step: int = 1) -> dict[str, Job]:
-    """Jobs in the started registry, read without RQ's cleanup (which would rescue them itself)."""
-    ids = stack.screen.queue(step).started_job_registry.get_job_ids(cleanup=False)
-    return {j.id: j for j in Job.fetch_many(ids, connection=stack.conn, serializer=JSONSerializer) if j is not None}
 
 
 def age_s(job: Job) -> float:
@@ -67,9 +55,12 @@ def test_killed_mid_job_after_heartbeats_the_job_runs_again_within_the_bound(sta
     while not (jobs := running(stack)) or max(age_s(j) for j in jobs.values()) < 2.5 * LEASE_S:
         assert time.monotonic() < deadline and w.poll() is None, stack.log("victim")
         time.sleep(0.2)
+    sim = stack.procs.children["sim8"]
+    os.killpg(sim.pid, signal.SIGSTOP)  # the job cannot finish while the readers run, however slow they are
     status = readers_work(stack)  # mid-job, after many heartbeats: every reader answers
     assert [x["name"].split(".")[0] for x in status["workers"]] == ["victim"]
     assert set(running(stack)) == set(jobs)  # renewed leases: the readers' cleanup rescued nothing
+    os.killpg(sim.pid, signal.SIGCONT)
     # a live worker of another step: its rescue pass (every RESCUE_S, over every step's queue) is what
     # the README's bound counts on, not the start-up time of a replacement on a loaded machine
     bystander = stack.worker("bystander", stack.sim("sim2", "qwen3-vl-2b"), "--steps", "3", env=FAST)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -9,6 +10,8 @@ import time
 from pathlib import Path
 
 from redis import Redis
+from rq.job import Job
+from rq.serializers import JSONSerializer
 
 from pool_queue.items import load_items
 from pool_queue.procs import Procs, free_port, wait_health
@@ -101,3 +104,14 @@ class Stack:
 
     def queued(self) -> int:
         return sum(self.waiting(s) for s in (1, 2, 3))
+
+
+def cli(stack: Stack, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **stack.env}
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+
+
+def running(stack: Stack, step: int = 1) -> dict[str, Job]:
+    """Jobs in the started registry, read without RQ's cleanup (which would rescue them itself)."""
+    ids = stack.screen.queue(step).started_job_registry.get_job_ids(cleanup=False)
+    return {j.id: j for j in Job.fetch_many(ids, connection=stack.conn, serializer=JSONSerializer) if j is not None}
