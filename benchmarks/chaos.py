@@ -1,15 +1,21 @@
 """A three-step screen under a seeded schedule of faults, checked against what lands.
 
-    python benchmarks/chaos.py --items 20000 --faults 40 --seed 7 [--baseline]
+    python benchmarks/chaos.py --items 6000 --faults 25 --seed 7 [--baseline]
 
 Redis with an append-only file, two 8B and one 2B simulator, one worker per simulator kept alive by
-the supervisor pool-launch uses. Faults fire at seeded points of progress: kill -9 of a worker
-(after it heartbeated), of a simulator (back 1-3 s later on its port), of Redis (back from its
-append-only file), and FLUSHALL followed by the README's recovery (`pool-enqueue --step all`).
+the supervisor pool-launch uses. Faults fire at seeded points of progress:
+- kill -9 of a worker (after it heartbeated), or SIGSTOP of one past its lease (woken 3 leases later);
+- kill -9 of a simulator (back 1-3 s later on its port), or SIGSTOP of one (a hung server, woken after
+  twice the silent bound);
+- kill -9 of Redis (back from its append-only file), Redis at its maxmemory for 2 leases, and FLUSHALL
+  followed by the README's recovery (`pool-enqueue --step all`);
+- a worker's results disk refusing rows for 2 leases (a file-size limit: EFBIG, as a full disk);
+- a worker restarted with its clock 2 minutes behind or ahead (it stays so).
 Nothing else is done by hand. Checked at the end: every item has one settled row per step it
 reaches, removed and margin equal the queue-free reference, no two rows of an item disagree,
 `pool-audit --complete` is clean. Printed: faults, items lost, duplicate rows (agreeing and not),
-time from a worker's kill -9 to its jobs running again, wall time (and the fault-free run's).
+and per fault kind the time from the fault to the jobs it held running again, wall time (and the
+fault-free run's).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import resource
 import signal
 import statistics
 import subprocess
@@ -56,12 +63,14 @@ class Config:
     lease_s: int = 3
     heartbeat_s: float = 0.5
     rescue_s: float = 1.0
-    timeout_s: float = 600.0
+    silent_s: float = 6.0  # a server silent this long has its worker's jobs moved
+    timeout_s: float = 900.0
 
 
 @dataclass
 class Report:
     faults: list[str]
+    kinds: list[str]  # each fault's kind (KINDS, "worker")
     wall_s: float
     items_lost: int = 0
     wrong: int = 0  # settled rows whose removed or margin differ from the reference
@@ -70,6 +79,7 @@ class Report:
     back_queued_s: list[float] = field(default_factory=list)  # kill -9 of a worker -> its jobs on a queue again
     back_queued_overlapped_s: list[float] = field(default_factory=list)  # the same, overlapping a Redis fault
     back_running_s: list[float] = field(default_factory=list)  # kill -9 of a worker -> its jobs running again
+    moved_s: dict[str, list[float]] = field(default_factory=dict)  # fault kind -> its held jobs running again
     audit_ok: bool = False
     audit_tail: str = ""
 
@@ -81,15 +91,21 @@ class Report:
 @dataclass(eq=False)
 class Killed:
     at: float
-    held: dict[str, str]  # job id -> the killed worker's name
+    held: dict[str, str]  # job id -> the worker's name
+    kind: str = "worker"
     queued: bool = False
     overlapped: bool = False  # Redis was restarted or flushed while its jobs were not yet back
 
 
+OOM_UNDO = "maxmemory 0"
+# Each kind once before worker kills fill the schedule; a short schedule takes the first ones.
+KINDS = ["flushall", "redis", "sim", "sim-stop", "worker-stop", "disk", "oom", "skew", "redis", "sim"]
+
+
 def schedule(cfg: Config) -> list[tuple[float, str]]:
-    """(fraction of all rows written, fault) pairs: at least one FLUSHALL, two Redis and two simulator kills."""
+    """(fraction of all rows written, fault) pairs: every kind of KINDS (as many as fit), then worker kills."""
     rng = random.Random(cfg.seed)
-    kinds = ["flushall", "redis", "redis", "sim", "sim"][: cfg.faults]
+    kinds = KINDS[: cfg.faults]
     kinds += ["worker"] * (cfg.faults - len(kinds))
     rng.shuffle(kinds)
     at = sorted(rng.uniform(0.05, 0.85) for _ in kinds)
@@ -116,7 +132,11 @@ class Chaos:
             "POOL_LEASE_S": str(cfg.lease_s),
             "POOL_HEARTBEAT_S": str(cfg.heartbeat_s),
             "POOL_RESCUE_S": str(cfg.rescue_s),
+            "POOL_SERVER_SILENT_S": str(cfg.silent_s),
         }
+        self.skews: dict[str, float] = {}  # worker -> its clock's skew from the next start on
+        self.later: list[tuple[float, str, object]] = []  # (when, what, how) to undo a fault
+        self.stopped: set[str] = set()  # simulators held with SIGSTOP
         self.ports = {name: free_port() for name in SIMS}
         self.urls = {name: self._sim(name) for name in SIMS}
         scale = cfg.lease_s / 30  # time runs compressed here (30 s leases in the field): the supervisor's clock too
@@ -132,7 +152,7 @@ class Chaos:
         self.watch: list[Killed] = []
         self.back_queued: list[float] = []  # seconds from a kill -9 until all its jobs were on a queue again
         self.back_queued_overlapped: list[float] = []  # the same, for kills overlapping a Redis fault
-        self.back_running: list[float] = []  # ... until all of them ran again (needs a worker with room)
+        self.moved: dict[str, list[float]] = {}  # per fault kind: until the jobs it held ran again elsewhere
 
     def _redis(self) -> str:
         return self.procs.redis(self.redis_port, self.root.parent / "chaos-redis", aof=True)
@@ -146,7 +166,7 @@ class Chaos:
     def _worker(self, name: str) -> subprocess.Popen[bytes]:
         self.started[name] = time.monotonic()
         argv = [sys.executable, "-m", "workers.main", "--server", self.urls[WORKERS[name]], "--name", name]
-        return self.procs.start(name, argv, env=self.env)
+        return self.procs.start(name, argv, env={**self.env, "POOL_CLOCK_SKEW_S": str(self.skews.get(name, 0.0))})
 
     def _cli(self, *argv: str) -> subprocess.CompletedProcess[str]:
         argv = (str(BIN / argv[0]), *argv[1:])
@@ -169,6 +189,7 @@ class Chaos:
         total = sum(len(v) for v in want.values())
         pending = schedule(self.cfg)
         fired: list[str] = []
+        kinds: list[str] = []
         t0 = time.monotonic()
         next_look = 0.0
         while True:
@@ -178,14 +199,17 @@ class Chaos:
             for due, name in [d for d in self.down if d[0] <= now]:
                 self.down.remove((due, name))
                 self._sim(name, wait=False)
+            for undo in [u for u in self.later if u[0] <= now]:
+                self.later.remove(undo)
+                undo[2]()  # type: ignore[operator]
             self._track()
             if now >= next_look:
                 next_look = now + 0.5
                 done = self.rows()
                 if pending and done >= pending[0][0] * total and (f := self._fire(pending[0][1])):
                     fired.append(f)
-                    pending.pop(0)
-                if done >= total and not self.down and not self._busy():
+                    kinds.append(pending.pop(0)[1])
+                if done >= total and not self.down and not self.later and not self._busy():
                     break
             time.sleep(0.1)
         wall = time.monotonic() - t0
@@ -193,7 +217,7 @@ class Chaos:
             proc.send_signal(signal.SIGTERM)
         for proc in self.sup.running():
             proc.wait(60)
-        return self._check(Report(fired, wall), want)
+        return self._check(Report(fired, kinds, wall), want)
 
     def _busy(self) -> bool:
         try:
@@ -202,27 +226,35 @@ class Chaos:
             return True
 
     def _fire(self, kind: str) -> str | None:
-        if kind == "worker":
-            name = self.rng.choice(sorted(WORKERS))
-            proc = self.sup.children[name].proc
-            young = time.monotonic() - self.started[name] < 3 * self.cfg.heartbeat_s
-            if proc is None or proc.poll() is not None or young:
-                return None  # not up, or too young to have heartbeated: fire at the next look
-            held = self._held_by(name)
-            proc.send_signal(signal.SIGKILL)
-            self.watch.append(Killed(time.monotonic(), held))
-            return f"kill -9 {name} ({len(held)} jobs)"
+        for k in self.watch:  # a Redis fault from here on: no rescue can run while it lasts
+            if kind in ("redis", "flushall", "oom") and not k.queued:
+                k.overlapped = True
+        if kind in ("worker", "worker-stop", "disk", "skew"):
+            return self._fire_worker(kind)
+        if kind == "sim-stop":
+            name = self._pick_sim()
+            if name is None:
+                return None
+            proc = self.procs.children[name]
+            os.killpg(proc.pid, signal.SIGSTOP)
+            self.stopped.add(name)
+            self._watch("sim-stop", next(w for w, s in WORKERS.items() if s == name))
+            self._undo(2 * self.cfg.silent_s, f"SIGCONT {name}", lambda: self._wake(name, proc))
+            return f"SIGSTOP {name} ({2 * self.cfg.silent_s:.0f} s)"
+        if kind == "oom":
+            hold = 2 * self.cfg.lease_s
+            self.conn.config_set("maxmemory-policy", "noeviction")
+            self.conn.config_set("maxmemory", 1)
+            self._undo(hold, OOM_UNDO, lambda: self._redis_conn().config_set("maxmemory", 0))
+            return f"Redis at maxmemory ({hold} s)"
         if kind == "sim":
-            name = self.rng.choice(sorted(SIMS))
-            if name in {n for _, n in self.down}:
+            name = self._pick_sim()
+            if name is None:
                 return None
             self.procs.stop(name, signal.SIGKILL)
             down_s = self.rng.uniform(1.0, 3.0)
             self.down.append((time.monotonic() + down_s, name))
             return f"kill -9 {name} ({down_s:.1f} s down)"
-        for k in self.watch:  # a Redis fault from here on: no rescue can run while it lasts
-            if kind in ("redis", "flushall") and not k.queued:
-                k.overlapped = True
         if kind == "redis":
             self.procs.stop(f"redis-{self.redis_port}", signal.SIGKILL)
             time.sleep(1.0)
@@ -233,13 +265,60 @@ class Chaos:
         assert rec.returncode == 0, rec.stderr
         return "FLUSHALL + pool-enqueue --step all"
 
+    def _fire_worker(self, kind: str) -> str | None:
+        name = self.rng.choice(sorted(WORKERS))
+        proc = self.sup.children[name].proc
+        young = time.monotonic() - self.started[name] < 3 * self.cfg.heartbeat_s
+        if proc is None or proc.poll() is not None or young:
+            return None  # not up, or too young to have heartbeated: fire at the next look
+        if kind == "skew":
+            self.skews[name] = self.rng.choice([-120.0, 120.0])
+            proc.send_signal(signal.SIGTERM)  # the supervisor starts it again, on the skewed clock
+            return f"{name} restarted {self.skews[name]:+.0f} s off"
+        held = self._watch(kind, name)
+        if kind == "worker":
+            proc.send_signal(signal.SIGKILL)
+            return f"kill -9 {name} ({len(held)} jobs)"
+        if kind == "worker-stop":
+            proc.send_signal(signal.SIGSTOP)
+            wake = 3 * self.cfg.lease_s
+            self._undo(wake, f"SIGCONT {name}", lambda: proc.send_signal(signal.SIGCONT))
+            return f"SIGSTOP {name} ({len(held)} jobs, {wake} s)"
+        _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (1, hard))
+        back = 2 * self.cfg.lease_s
+        self._undo(back, f"disk of {name} back", lambda: _unlimit(proc))
+        return f"disk of {name} refuses rows ({len(held)} jobs, {back} s)"
+
+    def _pick_sim(self) -> str | None:
+        """A simulator that is up and running (not killed, not stopped), or None: fire at a later look."""
+        name = self.rng.choice(sorted(SIMS))
+        return None if name in self.stopped or name in {n for _, n in self.down} else name
+
+    def _wake(self, name: str, proc: subprocess.Popen[bytes]) -> None:
+        os.killpg(proc.pid, signal.SIGCONT)
+        self.stopped.discard(name)
+
+    def _watch(self, kind: str, worker: str) -> dict[str, str]:
+        held = self._held_by(worker)
+        full = any(what == OOM_UNDO for _, what, _ in self.later)  # Redis refuses writes: no rescue yet
+        self.watch.append(Killed(time.monotonic(), held, kind, overlapped=full))
+        return held
+
+    def _undo(self, after_s: float, what: str, how: object) -> None:
+        self.later.append((time.monotonic() + after_s, what, how))
+
+    def _redis_conn(self) -> Redis:
+        return Redis.from_url(self.redis_url)
+
     def _running(self) -> dict[str, Job]:
         ids = [j for s in STEPS for j in self.screen.queue(s).started_job_registry.get_job_ids(cleanup=False)]
         return {j.id: j for j in Job.fetch_many(ids, connection=self.conn, serializer=JSONSerializer) if j is not None}
 
     def _held_by(self, name: str) -> dict[str, str]:
         try:
-            return {jid: j.worker_name for jid, j in self._running().items() if j.worker_name.startswith(name + ".")}
+            running = self._running().items()
+            return {jid: j.worker_name for jid, j in running if j.worker_name and j.worker_name.startswith(name + ".")}
         except Exception:
             return {}
 
@@ -259,19 +338,20 @@ class Chaos:
                 or (job is None and self._status(jid) == JobStatus.FINISHED)
                 for jid, old in k.held.items()
             }
-            if not k.queued and all(m or jid in waiting for jid, m in moved.items()):
+            if k.kind == "worker" and not k.queued and all(m or jid in waiting for jid, m in moved.items()):
                 k.queued = True
                 (self.back_queued_overlapped if k.overlapped else self.back_queued).append(time.monotonic() - k.at)
             if all(moved.values()):
                 self.watch.remove(k)
-                self.back_running.append(time.monotonic() - k.at)
+                self.moved.setdefault(k.kind, []).append(time.monotonic() - k.at)
 
     def _status(self, jid: str) -> JobStatus | None:
         job = Job.fetch_many([jid], connection=self.conn, serializer=JSONSerializer)[0]
         return job.get_status() if job is not None else None
 
     def _check(self, rep: Report, want: dict[int, dict[str, tuple[bool, float]]]) -> Report:
-        rep.back_queued_s, rep.back_running_s = list(self.back_queued), list(self.back_running)
+        rep.back_queued_s, rep.back_running_s = list(self.back_queued), list(self.moved.get("worker", []))
+        rep.moved_s = {k: list(v) for k, v in self.moved.items()}
         rep.back_queued_overlapped_s = list(self.back_queued_overlapped)
         for step in STEPS:
             got = {r["item_id"]: r for r in self.store.read_rows(step, self.store.winners(step))}
@@ -336,8 +416,21 @@ def main() -> None:
     print(f"chaos: {a.items} items, lease {a.lease_s} s, seed {a.seed}, workdir {work}")
     print(table(["run", "faults", "lost", "wrong", "dup agree", "dup disagree", "queued again s (med/max)",
                  "running again s (med/max)", "wall s", "audit"], rows))  # fmt: skip
+    rep = runs[-1][1]
+    per_kind = []
+    for kind in sorted(set(rep.kinds)):
+        moved = rep.moved_s.get(kind, [])
+        spread = f"{statistics.median(moved):.1f}/{max(moved):.1f}" if moved else "-"
+        per_kind.append([kind, rep.kinds.count(kind), len(moved), spread])
+    print(table(["fault kind", "fired", "with jobs held", "held jobs running again s (med/max)"], per_kind))
     if not all(rep.ok for _, rep in runs):
         raise SystemExit(1)
+
+
+def _unlimit(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (soft, hard))
 
 
 def _text(v: bytes | str) -> str:
