@@ -221,9 +221,12 @@ class Worker:
         self.stopping.set()
 
     def hand_back(self) -> None:
-        """Give every running job back to the queue (each job's task does it as it is cancelled)."""
+        """Give every running job back to the queue (each job's task does it as it is cancelled; the
+        caller's own task, if it is one, gives its job back itself)."""
+        me = asyncio.current_task()
         for t in list(self.runs.values()):
-            t.cancel()
+            if t is not me:
+                t.cancel()
 
     # ---- one job --------------------------------------------------------------------------------
 
@@ -257,7 +260,8 @@ class Worker:
             await self._end(leases.give_back, self.conn, lease, False)
         except StoreWriteError as e:  # nothing of the batch is on disk; other workers run it, we wait
             probe = partial(asyncio.to_thread, can_write, e.folder, e.nbytes, self.name)
-            self.holds.begin("disk", str(e.strerror), f"rows can be written to {e.folder}", probe)
+            if self.holds.begin("disk", str(e.strerror), f"rows can be written to {e.folder}", probe):
+                self.hand_back()  # their rows could not be written either: their forwards would be lost
             self.last_error = str(e.strerror)
             await self._end(leases.give_back, self.conn, lease, False)
         except Exception as e:

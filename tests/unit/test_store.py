@@ -120,3 +120,38 @@ def test_the_arrow_schema_is_the_row_model():
     assert ROW_SCHEMA.names == list(Row.model_fields)
     forward = ROW_SCHEMA.field("forwards").type.value_type
     assert [forward.field(i).name for i in range(forward.num_fields)] == list(ForwardRecord.model_fields)
+
+
+def _write_past_a_file_size_limit(root: str, q: Any) -> None:
+    """In its own process: the file-size limit would otherwise bind the test runner's own files."""
+    import resource
+
+    from pool_queue.store import StoreWriteError
+
+    w = Store(Path(root), "fp1").writer(1, "w")
+    w.write([row("a")])
+    first, good = w.path, w.path.stat().st_size
+    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (good + 10, hard))  # the next batch fits only in part
+    try:
+        w.write([row("b"), row("c")])
+        q.put("written")
+    except StoreWriteError as e:
+        q.put((str(e.strerror), first.stat().st_size == good, e.nbytes > 10))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, hard))
+    w.write([row("b"), row("c")])
+    q.put(w.path != first)
+
+
+def test_a_batch_the_disk_refuses_is_cut_back_and_the_next_goes_to_a_new_segment(tmp_path):
+    q: Any = mp.get_context("spawn").Queue()
+    p = mp.get_context("spawn").Process(target=_write_past_a_file_size_limit, args=(str(tmp_path), q))
+    p.start()
+    p.join(60)
+    why, cut_back, sized = q.get(timeout=5)
+    assert why.startswith(f"cannot write rows to {tmp_path / 'step1'}: File too large") and cut_back and sized
+    assert q.get(timeout=5)  # a fresh segment after the failure
+    for seg in Store(tmp_path, "fp1").segments(1):  # whole lines only: no reader meets a torn one
+        assert seg.read_bytes().endswith(b"\n")
+    got = Store(tmp_path, "fp1").winners(1).column("item_id").to_pylist()
+    assert sorted(got) == ["a", "b", "c"]
