@@ -21,7 +21,7 @@ PROBE_MAX_BYTES = 4 << 20
 @dataclass
 class _Hold:
     why: str
-    back: str  # what is true again when it clears
+    back: str  # what is true again when it clears, said with how long it took
     since: float
     probe: Callable[[], Awaitable[bool]]
 
@@ -51,7 +51,7 @@ class Holds:
             if await h.probe():
                 del self._on[kind]
                 took = time.monotonic() - h.since
-                log.warning("%s: %s again, cleared after %.0f s: taking work again", self.who, h.back, took)
+                log.warning("%s: %s after %.0f s: taking work again", self.who, h.back, took)
         return not self._on
 
     def describe(self) -> str | None:

@@ -260,7 +260,7 @@ class Worker:
             await self._end(leases.give_back, self.conn, lease, False)
         except StoreWriteError as e:  # nothing of the batch is on disk; other workers run it, we wait
             probe = partial(asyncio.to_thread, can_write, e.folder, e.nbytes, self.name)
-            if self.holds.begin("disk", str(e.strerror), f"rows can be written to {e.folder}", probe):
+            if self.holds.begin("disk", str(e.strerror), f"rows can be written to {e.folder} again", probe):
                 self.hand_back()  # their rows could not be written either: their forwards would be lost
             self.last_error = str(e.strerror)
             await self._end(leases.give_back, self.conn, lease, False)

@@ -65,7 +65,7 @@ async def watch_server(w: Worker) -> None:
         quiet = w.client.silent_s()
         if quiet > w.silent_s and w.active:
             why = f"{w.server} answered no forward for {quiet:.0f} s (POOL_SERVER_SILENT_S {w.silent_s:.0f} s)"
-            if w.holds.begin("server", why, f"{w.server} answers /health", w.client.healthy):
+            if w.holds.begin("server", why, f"{w.server} is back", w.client.healthy):
                 w.hand_back()
 
 

@@ -76,7 +76,7 @@ def test_a_silent_server_gives_its_jobs_back_and_its_worker_takes_work_again_onc
     wait_for(lambda: "answered no forward" in stack.log("wa"), 60, lambda: stack.log("wa"))
     wait_for(lambda: jobs_of(stack, "wa") == 0, 10, lambda: stack.log("wa"))  # given back, not left to expire
     os.killpg(sim_a.pid, signal.SIGCONT)
-    wait_for(lambda: "cleared after" in stack.log("wa"), 60, lambda: stack.log("wa"))
+    wait_for(lambda: "taking work again" in stack.log("wa"), 60, lambda: stack.log("wa"))
     before = rows_by(stack, "wa")
     wait_for(lambda: rows_by(stack, "wa") >= before + 8 and jobs_of(stack, "wa") > 0, 60, lambda: stack.log("wa"))
     # now the server dies and something on its port accepts connections and never replies
@@ -88,7 +88,7 @@ def test_a_silent_server_gives_its_jobs_back_and_its_worker_takes_work_again_onc
         assert wa.poll() is None  # it waits for its server, holding nothing
         assert jobs_of(stack, "wa") == 0
     log = stack.log("wa", 10**6)
-    assert "Traceback" not in log and log.count("cleared after") == 1, log[-3000:]
+    assert "Traceback" not in log and log.count("taking work again") == 1, log[-3000:]
     assert_complete_and_clean(stack)
 
 
@@ -116,7 +116,7 @@ def test_a_results_disk_that_refuses_rows_holds_the_worker_and_loses_nothing(sta
     time.sleep(3 * float(FAST["POOL_LEASE_S"]))  # held: it probes, writes nothing, takes nothing
     assert rows_by(stack, "wdisk") == held and proc.poll() is None
     resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (soft, hard))  # space is back
-    wait_for(lambda: "cleared after" in log(), 60, log)
+    wait_for(lambda: "taking work again" in log(), 60, log)
     wait_for(lambda: len(stack.winners(1)) == len(expected(stack.root)[1]), 240, log)
     text = log()
     assert text.count("cannot write rows to") == 1 and "File too large" in text and "Traceback" not in text, text
