@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from datetime import UTC
 from pathlib import Path
 
 from _util import table
@@ -93,6 +94,7 @@ class Killed:
     at: float
     held: dict[str, str]  # job id -> the worker's name
     kind: str = "worker"
+    wall: float = field(default_factory=time.time)  # the fault's wall-clock time (RQ's started_at is one)
     queued: bool = False
     overlapped: bool = False  # Redis was restarted or flushed while its jobs were not yet back
 
@@ -238,9 +240,9 @@ class Chaos:
             proc = self.procs.children[name]
             os.killpg(proc.pid, signal.SIGSTOP)
             self.stopped.add(name)
-            self._watch("sim-stop", next(w for w, s in WORKERS.items() if s == name))
+            held = self._watch("sim-stop", next(w for w, s in WORKERS.items() if s == name))
             self._undo(2 * self.cfg.silent_s, f"SIGCONT {name}", lambda: self._wake(name, proc))
-            return f"SIGSTOP {name} ({2 * self.cfg.silent_s:.0f} s)"
+            return f"SIGSTOP {name} ({len(held)} jobs, {2 * self.cfg.silent_s:.0f} s)"
         if kind == "oom":
             hold = 2 * self.cfg.lease_s
             self.conn.config_set("maxmemory-policy", "noeviction")
@@ -333,8 +335,8 @@ class Chaos:
         except Exception:
             return  # Redis away for a moment: look again next time
         for k in list(self.watch):
-            moved = {
-                jid: ((job := now_running.get(jid)) is not None and job.worker_name != old)
+            moved = {  # running again: under another worker, or started anew (a worker that held it took it back)
+                jid: ((job := now_running.get(jid)) is not None and (job.worker_name != old or _after(job, k.wall)))
                 or (job is None and self._status(jid) == JobStatus.FINISHED)
                 for jid, old in k.held.items()
             }
@@ -343,7 +345,8 @@ class Chaos:
                 (self.back_queued_overlapped if k.overlapped else self.back_queued).append(time.monotonic() - k.at)
             if all(moved.values()):
                 self.watch.remove(k)
-                self.moved.setdefault(k.kind, []).append(time.monotonic() - k.at)
+                if k.held:  # a fault that caught no job moves nothing
+                    self.moved.setdefault(k.kind, []).append(time.monotonic() - k.at)
 
     def _status(self, jid: str) -> JobStatus | None:
         job = Job.fetch_many([jid], connection=self.conn, serializer=JSONSerializer)[0]
@@ -425,6 +428,10 @@ def main() -> None:
     print(table(["fault kind", "fired", "with jobs held", "held jobs running again s (med/max)"], per_kind))
     if not all(rep.ok for _, rep in runs):
         raise SystemExit(1)
+
+
+def _after(job: Job, t: float) -> bool:
+    return job.started_at is not None and job.started_at.replace(tzinfo=UTC).timestamp() > t
 
 
 def _unlimit(proc: subprocess.Popen[bytes]) -> None:

@@ -75,6 +75,9 @@ def test_a_silent_server_gives_its_jobs_back_and_its_worker_takes_work_again_onc
     os.killpg(sim_a.pid, signal.SIGSTOP)  # hung, not dead: its port still accepts connections
     wait_for(lambda: "answered no forward" in stack.log("wa"), 60, lambda: stack.log("wa"))
     wait_for(lambda: jobs_of(stack, "wa") == 0, 10, lambda: stack.log("wa"))  # given back, not left to expire
+    st = cli(stack, str(Path(sys.executable).parent / "pool-status"), "--json", "--no-health")
+    held = {w["name"].split(".")[0]: w["held"] for w in orjson.loads(st.stdout)["workers"]}
+    assert "answered no forward" in (held["wa"] or "") and held["wb"] is None, held  # pool-status says why
     os.killpg(sim_a.pid, signal.SIGCONT)
     wait_for(lambda: "taking work again" in stack.log("wa"), 60, lambda: stack.log("wa"))
     before = rows_by(stack, "wa")

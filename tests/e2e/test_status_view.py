@@ -42,6 +42,7 @@ def _status() -> RunStatus:
         errors=12, removed=0, retries=0, items_per_s=25.5, forwards_per_s=25.5, outage_s=0.0, server_up=True,
         last_error="item vmme-000123: HTTP 400: This model's maximum context length is 8192 tokens, more words here",
         started_at=0.0, updated_at=0.0, health=True,
+        held="http://10.0.12.34:8004 answered no forward for 241 s (POOL_SERVER_SILENT_S 240 s)",
     )  # fmt: skip
     return RunStatus(at=time.time(), results="/scratch/user/some/long/path/pool/results/pool", screen="0123456789",
                      steps=steps, workers=[w])  # fmt: skip
@@ -58,6 +59,7 @@ def test_the_view_fits_80_columns_and_cuts_nothing():
     joined = "".join(text.split())  # wrapped, not cut
     assert "gpu3-node-with-a-long-hostname.cluster.example.org.a1b2c3" in joined
     assert "moreword" in joined and "http://10.0.12.34:8004" in joined
+    assert "takesnowork:http://10.0.12.34:8004answerednoforwardfor241s" in joined  # a held worker says why
 
 
 def test_plain_lines_say_everything_on_one_line_per_step():
