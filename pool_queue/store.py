@@ -195,7 +195,9 @@ class SegmentWriter:
         self.step_dir = step_dir
         self.safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
         self._fd: int | None = None
-        self.path = self._open()
+        self.path = step_dir  # set by _open
+        with contextlib.suppress(OSError):  # a folder that refuses files: the first write says so
+            self.path = self._open()
 
     def _open(self) -> Path:
         self.step_dir.mkdir(parents=True, exist_ok=True)

@@ -155,3 +155,20 @@ def test_a_batch_the_disk_refuses_is_cut_back_and_the_next_goes_to_a_new_segment
         assert seg.read_bytes().endswith(b"\n")
     got = Store(tmp_path, "fp1").winners(1).column("item_id").to_pylist()
     assert sorted(got) == ["a", "b", "c"]
+
+
+def test_a_step_folder_that_refuses_files_fails_the_first_write_not_the_writer(tmp_path):
+    """The worker makes its writer before its first batch: a folder it cannot create files in (read-only,
+    here a file standing where the folder goes, which refuses root too) is the batch's StoreWriteError, the
+    worker's hold, and not an exception at the writer's creation that would fail the job."""
+    from pool_queue.store import StoreWriteError
+
+    st = Store(tmp_path, "fp1")
+    st.claim()
+    st.step_dir(1).write_bytes(b"")  # no folder can be made here
+    w = st.writer(1, "w")
+    with pytest.raises(StoreWriteError, match=f"cannot write rows to {st.step_dir(1)}"):
+        w.write([row("a")])
+    st.step_dir(1).unlink()  # the folder can be made again
+    w.write([row("a")])
+    assert st.winners(1).column("item_id").to_pylist() == ["a"]
