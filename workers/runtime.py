@@ -239,8 +239,11 @@ class Worker:
             found = self._items(todo)
             if self.protocol.steps[step].frames != "none":  # a video's items together: vLLM reuses its frames
                 todo.sort(key=lambda i: found[i].video_id if i in found else "")
-            self.backlog += n_fw * len(todo)  # each _screen takes its share off, whatever happens
-            rows = await asyncio.gather(*(self._screen(step, i, found.get(i), n_fw) for i in todo))
+            each = [asyncio.ensure_future(self._screen(step, i, found.get(i))) for i in todo]
+            self.backlog += n_fw * len(each)
+            for t in each:  # a done-callback runs even for an item cancelled before it started (a hand-back)
+                t.add_done_callback(partial(self._answered, n_fw))
+            rows = await asyncio.gather(*each)
             if self.fatal is not None and not isinstance(self.fatal, RedisGone):
                 raise self.fatal
             dumped = [r.model_dump(mode="json") for r in rows]
@@ -282,7 +285,11 @@ class Worker:
             self._stop(e)
             return False
 
-    async def _screen(self, step: int, item_id: str, item: Item | None, n_fw: int) -> Row:
+    def _answered(self, n_fw: int, _: object) -> None:
+        self.backlog -= n_fw
+        self.more.set()
+
+    async def _screen(self, step: int, item_id: str, item: Item | None) -> Row:
         try:
             if item is None:
                 why = "item not in the item table (changed since it was enqueued?)"
@@ -295,9 +302,6 @@ class Worker:
         except Exception as e:  # reading the item table itself failed: a bug, this item only
             log.exception("%s: item %s, step %s: internal error", self.name, item_id, step)
             row = self.screener.error_row(step, item_id, f"{type(e).__name__}: {e}", "internal")
-        finally:
-            self.backlog -= n_fw
-            self.more.set()
         self.count.items += 1
         self.count.forwards += len(row.forwards)
         self.count.errors += row.status == "error"
