@@ -36,6 +36,7 @@ class RedisLink:
         self.who = who
         self.down_since: float | None = None
         self.full = False  # the outage is Redis at its maxmemory: only a write that went through ends it
+        self.refused: set[object] = set()  # the calls it refused meanwhile: one of them through ends it
         # Its own threads: heartbeats must never queue behind frame encoding in the default executor,
         # or a busy step-3 worker misses its leases and its jobs are run twice.
         self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="redis")
@@ -49,22 +50,21 @@ class RedisLink:
 
     async def call(self, fn: Callable[..., T], *args: object) -> T:
         """`fn(*args)` in a thread, repeated while Redis is unreachable (up to `wait_s`)."""
-        pause, refused = 0.2, False
+        pause = 0.2
         while True:
             try:
                 out = await self._run(fn, *args)
             except redis.AuthenticationError:
                 raise  # a wrong password: no wait would help (cli.reports_errors names it, exit 2)
             except OUTAGE as e:
-                self._down(e)
-                refused |= isinstance(e, redis.OutOfMemoryError)
+                self._down(e, fn)
                 assert self.down_since is not None
                 if time.monotonic() - self.down_since > self.wait_s:
                     raise RedisGone(f"Redis at {self.where} did not answer for {self.wait_s:.0f} s: {e}") from e
                 await asyncio.sleep(pause)
                 pause = min(2 * pause, 2.0)
                 continue
-            self._up(wrote=refused)
+            self._up(fn)
             return out
 
     async def attempt(self, fn: Callable[..., T], *args: object) -> T | None:
@@ -74,12 +74,14 @@ class RedisLink:
         except redis.AuthenticationError:
             raise
         except OUTAGE as e:
-            self._down(e)
+            self._down(e, fn)
             return None
-        self._up(wrote=False)
+        self._up(fn)
         return out
 
-    def _down(self, e: Exception) -> None:
+    def _down(self, e: Exception, fn: object) -> None:
+        if isinstance(e, redis.OutOfMemoryError):
+            self.refused.add(fn)
         if self.down_since is None:
             self.down_since = time.monotonic()
             self.full = isinstance(e, redis.OutOfMemoryError)
@@ -92,10 +94,11 @@ class RedisLink:
                 self.wait_s,
             )
 
-    def _up(self, wrote: bool) -> None:
+    def _up(self, fn: object) -> None:
         """An answer ends an outage; a full Redis answers reads, so only a call it refused before, now
-        through, ends that one."""
-        if self.down_since is not None and (wrote or not self.full):
+        through, ends that one (heartbeats and rescues come round again, so one always does)."""
+        if self.down_since is not None and (not self.full or fn in self.refused):
             gone = time.monotonic() - self.down_since
             log.warning("%s: Redis at %s is back after %.1f s", self.who, self.where, gone)
             self.down_since = None
+            self.refused.clear()
