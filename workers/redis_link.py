@@ -35,8 +35,7 @@ class RedisLink:
         self.wait_s = wait_s
         self.who = who
         self.down_since: float | None = None
-        self.full = False  # the outage is Redis at its maxmemory: only a write that went through ends it
-        self.refused: set[object] = set()  # the calls it refused meanwhile: one of them through ends it
+        self.refused: set[object] = set()  # calls Redis refused at its maxmemory: only one of them through ends it
         # Its own threads: heartbeats must never queue behind frame encoding in the default executor,
         # or a busy step-3 worker misses its leases and its jobs are run twice.
         self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="redis")
@@ -84,7 +83,6 @@ class RedisLink:
             self.refused.add(fn)
         if self.down_since is None:
             self.down_since = time.monotonic()
-            self.full = isinstance(e, redis.OutOfMemoryError)
             what = FULL if isinstance(e, redis.OutOfMemoryError) else f"unreachable ({type(e).__name__})"
             log.warning(
                 "%s: Redis at %s %s; in-flight work goes on, rows stay on disk; waiting up to %.0f s",
@@ -97,7 +95,7 @@ class RedisLink:
     def _up(self, fn: object) -> None:
         """An answer ends an outage; a full Redis answers reads, so only a call it refused before, now
         through, ends that one (heartbeats and rescues come round again, so one always does)."""
-        if self.down_since is not None and (not self.full or fn in self.refused):
+        if self.down_since is not None and (not self.refused or fn in self.refused):
             gone = time.monotonic() - self.down_since
             log.warning("%s: Redis at %s is back after %.1f s", self.who, self.where, gone)
             self.down_since = None
