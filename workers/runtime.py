@@ -72,7 +72,7 @@ class Worker:
         timing: leases.Timing,
         client: VLLMClient,
         max_inflight: int,
-        silent_s: float = 240.0,
+        silent_s: float,  # Settings.silent_bound_s: one rule, kept there
         poll_s: float = 0.5,
         metrics_port: int | None = None,
         max_frame_pixels: int = DEFAULT_MAX_PIXELS,
