@@ -81,6 +81,7 @@ class Report:
     back_queued_overlapped_s: list[float] = field(default_factory=list)  # the same, overlapping a Redis fault
     back_running_s: list[float] = field(default_factory=list)  # kill -9 of a worker -> its jobs running again
     moved_s: dict[str, list[float]] = field(default_factory=dict)  # fault kind -> its held jobs running again
+    never_moved: int = 0  # faults whose held jobs had not run again when the screen ended
     audit_ok: bool = False
     audit_tail: str = ""
 
@@ -215,6 +216,7 @@ class Chaos:
                     break
             time.sleep(0.1)
         wall = time.monotonic() - t0
+        self._track()  # the last look: every job a fault held has run again by now
         for proc in self.sup.running():
             proc.send_signal(signal.SIGTERM)
         for proc in self.sup.running():
@@ -355,6 +357,7 @@ class Chaos:
     def _check(self, rep: Report, want: dict[int, dict[str, tuple[bool, float]]]) -> Report:
         rep.back_queued_s, rep.back_running_s = list(self.back_queued), list(self.moved.get("worker", []))
         rep.moved_s = {k: list(v) for k, v in self.moved.items()}
+        rep.never_moved = sum(1 for k in self.watch if k.held)
         rep.back_queued_overlapped_s = list(self.back_queued_overlapped)
         for step in STEPS:
             got = {r["item_id"]: r for r in self.store.read_rows(step, self.store.winners(step))}

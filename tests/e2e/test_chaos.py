@@ -18,9 +18,9 @@ def test_a_screen_survives_seeded_faults_and_lands_exactly(tmp_path: Path) -> No
     rep = run_chaos(cfg, tmp_path)
     assert len(rep.faults) == 14, rep.faults  # every scheduled fault fired before the screen ended
     assert sorted(rep.kinds) == sorted([*KINDS, *["worker"] * 4]), rep.faults
-    # the jobs a hung server's worker, a stopped worker or a worker without disk held ran elsewhere
-    for kind in ("sim-stop", "worker-stop", "disk"):
-        assert all(t <= 6 * cfg.lease_s + 2 * cfg.silent_s for t in rep.moved_s.get(kind, [])), rep.moved_s
+    # every job a fault held (a hung server's worker, a stopped worker, one without disk) ran again: checked
+    # on the jobs' states in Redis, not on how fast (test_faults.py checks the hand-back itself)
+    assert rep.never_moved == 0, rep.moved_s
     assert rep.items_lost == 0 and rep.wrong == 0  # one settled row per item and step, equal to the reference
     assert rep.dup_disagreeing == 0  # repeated work may repeat rows, never with another answer
     assert rep.audit_ok, rep.audit_tail
