@@ -81,7 +81,8 @@ class Report:
     back_queued_overlapped_s: list[float] = field(default_factory=list)  # the same, overlapping a Redis fault
     back_running_s: list[float] = field(default_factory=list)  # kill -9 of a worker -> its jobs running again
     moved_s: dict[str, list[float]] = field(default_factory=dict)  # fault kind -> its held jobs running again
-    never_moved: int = 0  # faults whose held jobs had not run again when the screen ended
+    unmoved: list[str] = field(default_factory=list)  # faults whose held jobs had not run again at the end
+    flushed: int = 0  # held jobs a FLUSHALL deleted before they ran again (the recovery re-queues their items)
     audit_ok: bool = False
     audit_tail: str = ""
 
@@ -151,11 +152,13 @@ class Chaos:
             healthy_s=120 * scale,
         )
         self.started: dict[str, float] = {}
+        self.t0 = time.monotonic()  # the screen's start (run)
         self.down: list[tuple[float, str]] = []  # simulators to start again at a time
         self.watch: list[Killed] = []
         self.back_queued: list[float] = []  # seconds from a kill -9 until all its jobs were on a queue again
         self.back_queued_overlapped: list[float] = []  # the same, for kills overlapping a Redis fault
         self.moved: dict[str, list[float]] = {}  # per fault kind: until the jobs it held ran again elsewhere
+        self.flushed = 0  # held jobs a FLUSHALL deleted before they ran again
 
     def _redis(self) -> str:
         return self.procs.redis(self.redis_port, self.root.parent / "chaos-redis", aof=True)
@@ -193,7 +196,7 @@ class Chaos:
         pending = schedule(self.cfg)
         fired: list[str] = []
         kinds: list[str] = []
-        t0 = time.monotonic()
+        t0 = self.t0 = time.monotonic()
         next_look = 0.0
         while True:
             now = time.monotonic()
@@ -264,6 +267,9 @@ class Chaos:
             time.sleep(1.0)
             self._redis()
             return "kill -9 redis (AOF restart)"
+        self._track()  # the last look before the flush deletes every job: those not yet running again never
+        self.flushed += sum(len(k.held) for k in self.watch)  # will; their items go back through the recovery
+        self.watch.clear()
         self.conn.flushall()
         rec = self._cli("pool-enqueue", "--step", "all")  # the README's recovery
         assert rec.returncode == 0, rec.stderr
@@ -354,10 +360,15 @@ class Chaos:
         job = Job.fetch_many([jid], connection=self.conn, serializer=JSONSerializer)[0]
         return job.get_status() if job is not None else None
 
+    def _statuses(self, held: dict[str, str]) -> str:
+        """Where each held job is now, for a report that says why it did not move."""
+        return ", ".join(f"{jid} ({old}): {self._status(jid)}" for jid, old in held.items())
+
     def _check(self, rep: Report, want: dict[int, dict[str, tuple[bool, float]]]) -> Report:
         rep.back_queued_s, rep.back_running_s = list(self.back_queued), list(self.moved.get("worker", []))
         rep.moved_s = {k: list(v) for k, v in self.moved.items()}
-        rep.never_moved = sum(1 for k in self.watch if k.held)
+        rep.flushed = self.flushed
+        rep.unmoved = [f"{k.kind} at {k.at - self.t0:.1f} s: {self._statuses(k.held)}" for k in self.watch if k.held]
         rep.back_queued_overlapped_s = list(self.back_queued_overlapped)
         for step in STEPS:
             got = {r["item_id"]: r for r in self.store.read_rows(step, self.store.winners(step))}
@@ -429,6 +440,7 @@ def main() -> None:
         spread = f"{statistics.median(moved):.1f}/{max(moved):.1f}" if moved else "-"
         per_kind.append([kind, rep.kinds.count(kind), len(moved), spread])
     print(table(["fault kind", "fired", "with jobs held", "held jobs running again s (med/max)"], per_kind))
+    print(f"held jobs deleted by FLUSHALL before they ran again: {rep.flushed} (their items re-queued by the recovery)")
     if not all(rep.ok for _, rep in runs):
         raise SystemExit(1)
 

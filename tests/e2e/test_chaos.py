@@ -20,7 +20,7 @@ def test_a_screen_survives_seeded_faults_and_lands_exactly(tmp_path: Path) -> No
     assert sorted(rep.kinds) == sorted([*KINDS, *["worker"] * 4]), rep.faults
     # every job a fault held (a hung server's worker, a stopped worker, one without disk) ran again: checked
     # on the jobs' states in Redis, not on how fast (test_faults.py checks the hand-back itself)
-    assert rep.never_moved == 0, rep.moved_s
+    assert rep.unmoved == [], (rep.unmoved, rep.faults)
     assert rep.items_lost == 0 and rep.wrong == 0  # one settled row per item and step, equal to the reference
     assert rep.dup_disagreeing == 0  # repeated work may repeat rows, never with another answer
     assert rep.audit_ok, rep.audit_tail
