@@ -132,10 +132,11 @@ def _ask_flags(vllm: str) -> frozenset[str] | None:
 
 @dataclass(frozen=True)
 class Server:
-    gpu: int  # index among this node's GPUs (ports and log names)
+    gpu: int  # index among this node's GPUs (log names)
     device: str  # what CUDA_VISIBLE_DEVICES names it (Slurm may hand out e.g. "2,5")
     steps: tuple[int, ...]  # the protocol's steps its model answers (`Protocol.model_groups`)
     port: int
+    util: float | None = None  # its GPU_UTIL share when it shares the GPU with the other model (`coserve`)
 
     @property
     def url(self) -> str:
@@ -143,7 +144,7 @@ class Server:
 
     @property
     def name(self) -> str:
-        return f"gpu{self.gpu}"
+        return f"gpu{self.gpu}" if self.util is None else f"gpu{self.gpu}-s{'-'.join(map(str, self.steps))}"
 
 
 def plan_servers(
@@ -171,25 +172,34 @@ def plan_servers(
 
 
 def plan_phases(
-    s: Settings, protocol: Protocol, step: int | None, split: str | None, devices: list[str]
+    s: Settings,
+    protocol: Protocol,
+    step: int | None,
+    split: str | None,
+    devices: list[str],
+    shares: dict[tuple[int, ...], float] | None = None,
 ) -> list[list[Server]]:
     """What pool-launch runs, one phase after the other. `--step N` or `--split A+B` is one phase. Neither
-    is the whole screen: one phase per model group in step order, each on every GPU (steps 1-2 on the
-    8B, then step 3 on the 2B), handed over when the group's queues are empty. On one H200 a phase
-    has the GPU to itself, and on several each phase fills them all (h200.md: a 3+1 split leaves step 3
-    on one GPU)."""
+    is the whole screen. On one GPU with `shares` (`sizing.coserve`: both models get their best batch
+    in it) both models are served at once, each on its share, so step 3's CPU-bound preprocessing
+    overlaps steps 1-2 (1.43 times the work of one after the other, h200.md). Otherwise one phase per
+    model group in step order, each on every GPU (steps 1-2 on the 8B, then step 3 on the 2B), handed
+    over when the group's queues are empty: on several GPUs each phase fills them all (h200.md: a 3+1
+    split leaves step 3 on one GPU)."""
     if step is not None or split:
         return [plan_servers(s, protocol, step, split, devices)]
+    if len(devices) == 1 and shares:
+        return [[Server(0, devices[0], g, s.port0 + i, util) for i, (g, util) in enumerate(shares.items())]]
     return [[Server(i, d, g, s.port0 + i) for i, d in enumerate(devices)] for g in protocol.model_groups()]
 
 
-def phase_tag(servers: list[Server], step: int | None, split: str | None) -> str:
-    """The log names' step part: the step (run package), the split (`3p1`), or a phase's steps (`1-2`)."""
+def log_tag(srv: Server, step: int | None, split: str | None) -> str:
+    """The log names' step part: the step (run package), the split (`3p1`), or the server's steps (`1-2`)."""
     if step is not None:
         return str(step)
     if split:
         return split.replace("+", "p")
-    return "-".join(map(str, servers[0].steps))
+    return "-".join(map(str, srv.steps))
 
 
 def images_per_prompt(protocol: Protocol, steps: tuple[int, ...]) -> int:
@@ -234,7 +244,7 @@ def server_argv(
     return [
         *shlex.split(s.vllm), "serve", model_path, *fixed,
         "--host", "0.0.0.0",
-        "--gpu-memory-utilization", str(s.gpu_util),
+        "--gpu-memory-utilization", str(srv.util or s.gpu_util),
         "--mm-processor-kwargs", json.dumps({"max_pixels": MAX_PIXELS}),
         "--dtype", "bfloat16",
         "--max-num-batched-tokens", str(BATCHED_TOKENS_MANY_IMAGES if images > 1 else BATCHED_TOKENS),
@@ -278,5 +288,5 @@ def devices(ngpu: int | None, sim: bool) -> list[str]:
 
 
 def log_name(kind: str, step_tag: str, srv: Server) -> str:
-    """`vllm_s1_gpu0`, `client_s1_gpu0` (the run package's names); the tag is the step or the split."""
+    """`vllm_s1_gpu0`, `client_s1_gpu0` (the run package's names); the tag is `log_tag`'s."""
     return f"{kind}_s{step_tag}_gpu{srv.gpu}"

@@ -15,6 +15,7 @@ the user win.
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -51,6 +52,10 @@ def prompt_tokens(protocol: Protocol, steps: tuple[int, ...]) -> int:
     return max(TEXT_TOKENS + FRAME_TOKENS * (protocol.steps[s].n_frames or 0) for s in steps)
 
 
+def many_images(protocol: Protocol, steps: tuple[int, ...]) -> bool:
+    return any((protocol.steps[s].n_frames or 0) > 1 for s in steps)
+
+
 def size(
     protocol: Protocol,
     steps: tuple[int, ...],
@@ -58,21 +63,21 @@ def size(
     gpu_util: float,
     max_seqs: int | None = None,
     workers: int | None = None,
+    copies: int = 2,
 ) -> Sizing:
-    """The batch and in-flight sizes for a server of these steps' model (`max_seqs`/`workers`: the user's)."""
-    model = protocol.steps[steps[0]].model
-    tokens = prompt_tokens(protocol, steps)
-    many = any((protocol.steps[s].n_frames or 0) > 1 for s in steps)
+    """The batch and in-flight sizes for a server of these steps' model (`max_seqs`/`workers`: the user's);
+    the batch's prompts fit the KV cache `copies` times over."""
+    tokens, many = prompt_tokens(protocol, steps), many_images(protocol, steps)
     cap = CAP["many images" if many else "few images"]
     if max_seqs is not None:
         seqs, why = max_seqs, "MAX_SEQS as set"
     elif gpu_gib is None:
         seqs, why = min(cap, FALLBACK_SEQS), "GPU memory unknown: the run package's MAX_SEQS"
     else:
-        kv_gib = gpu_gib * gpu_util - WEIGHTS_GIB.get(model, max(WEIGHTS_GIB.values())) - OVERHEAD_GIB
-        fits = max(0, int(kv_gib * GIB / (tokens * KV_BYTES.get(model, max(KV_BYTES.values())))))
-        seqs = max(8, min(cap, _pow2_floor(fits // 2)))
-        why = (f"{gpu_gib:.0f} GiB GPU at GPU_UTIL {gpu_util}: {max(kv_gib, 0):.0f} GiB of KV cache holds {fits:,} "
+        kv_gib = gpu_gib * gpu_util - _weights_gib(protocol, steps) - OVERHEAD_GIB
+        fits = max(0, int(kv_gib * GIB / (tokens * _kv_bytes(protocol, steps))))
+        seqs = max(8, min(cap, _pow2_floor(fits // copies)))
+        why = (f"{gpu_gib:.0f} GiB GPU at GPU_UTIL {gpu_util:g}: {max(kv_gib, 0):.0f} GiB of KV cache holds {fits:,} "
                f"prompts of ~{tokens:,} tokens; measured best batch {cap}")  # fmt: skip
     flight = workers if workers is not None else (seqs if many else 2 * seqs)
     how = "WORKERS as set" if workers is not None else ("1 x" if many else "2 x") + " MAX_SEQS"
@@ -80,6 +85,35 @@ def size(
     spread = f"{procs} worker processes x {-(-flight // procs)}" if procs > 1 else "1 worker process"
     line = f"steps {','.join(map(str, steps))}: MAX_SEQS {seqs}, {flight} in flight per server ({how}; {spread}); {why}"
     return Sizing(seqs, flight, procs, line)
+
+
+def coserve(protocol: Protocol, gpu_gib: float | None, gpu_util: float) -> dict[tuple[int, ...], float] | None:
+    """GPU_UTIL shares for serving both models on one GPU at once, or None when they do not both get their
+    best batch. Step 3's preprocessing is CPU-bound and leaves the GPU idle half the time; steps 1-2
+    fill it: together they did 1.43 times the work of the two one after the other (h200.md). The
+    many-image group gets what its best batch needs once (one batch in flight, and siblings share their
+    frames' KV through the prefix cache), in steps of 0.05; the rest must hold the other group's best
+    batch twice over, as alone. An H200 at 0.85: 0.40 for the 2B, 0.45 for the 8B; a 32 GB card: None."""
+    groups = protocol.model_groups()
+    many = [g for g in groups if many_images(protocol, g)]
+    few = [g for g in groups if not many_images(protocol, g)]
+    if gpu_gib is None or len(many) != 1 or len(few) != 1:
+        return None
+    need = CAP["many images"] * prompt_tokens(protocol, many[0]) * _kv_bytes(protocol, many[0]) / GIB
+    share = math.ceil(20 * (need + _weights_gib(protocol, many[0]) + OVERHEAD_GIB) / gpu_gib) / 20
+    rest = round(gpu_util - share, 2)
+    if rest <= 0 or size(protocol, few[0], gpu_gib, rest).max_seqs < CAP["few images"]:
+        return None
+    return {few[0]: rest, many[0]: share}
+
+
+def _weights_gib(protocol: Protocol, steps: tuple[int, ...]) -> float:
+    """bf16 weights of the steps' model; an unknown model is sized as the larger one."""
+    return WEIGHTS_GIB.get(protocol.steps[steps[0]].model, max(WEIGHTS_GIB.values()))
+
+
+def _kv_bytes(protocol: Protocol, steps: tuple[int, ...]) -> int:
+    return KV_BYTES.get(protocol.steps[steps[0]].model, max(KV_BYTES.values()))
 
 
 def _pow2_floor(n: int) -> int:

@@ -37,7 +37,7 @@ from ..launch import (
     cores_per_server,
     devices,
     log_name,
-    phase_tag,
+    log_tag,
     plan_phases,
     server_argv,
     server_env,
@@ -48,7 +48,7 @@ from ..procs import Procs, wait_health
 from ..protocol import Protocol
 from ..queue import Screen
 from ..settings import Settings
-from ..sizing import Sizing, gpu_memory_gib, size
+from ..sizing import Sizing, coserve, gpu_memory_gib, many_images, size
 from ..supervise import Supervisor
 from . import enqueue
 
@@ -75,13 +75,9 @@ def _explain(log: Path, why: str) -> str:
     return "\n".join(msg)
 
 
-def _flags_known(vllm: str, t: Tuning, cores: int) -> frozenset[str] | None:
-    """Ask the installed vLLM once which optional flags it knows, and say what each server gets."""
+def _flags_known(vllm: str) -> frozenset[str] | None:
+    """Ask the installed vLLM once which optional flags it knows."""
     known = vllm_flags(vllm)
-    print(
-        f"server options: {t.api_servers} API servers, {t.renderer_workers} renderer threads, processor cache "
-        f"{t.processor_cache_gb} GiB, OMP_NUM_THREADS={t.omp_threads} unless set ({cores} cores per server)"
-    )
     if known is None:
         print(f"could not read `{vllm} serve --help`: passing every option", file=sys.stderr)
     elif missing := [f"{f} (vLLM >= {v})" for f, v in OPTIONAL_FLAGS.items() if f not in known]:
@@ -101,6 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--burst", action="store_true", help="stop when the queues are empty")
     p.add_argument("--sim", action="store_true", help="simulated servers instead of vLLM (no GPU)")
     p.add_argument("--sim-speed", type=float, default=20.0, help="with --sim: capacity-model speed-up")
+    p.add_argument("--sim-gpu-gib", type=float, help="with --sim: the simulated GPU's memory (default: unknown)")
     p.add_argument("--health-timeout", type=float, default=1200.0, help="seconds to wait for every server")
     a = p.parse_args(argv)
     s = settings(a)
@@ -109,27 +106,37 @@ def main(argv: list[str] | None = None) -> None:
     if a.plan_only:
         enqueue.run_steps(s, protocol, steps, plan_only=True, label=a.step is None)
         return
-    phases = plan_phases(s, protocol, a.step, a.split, devices(s.ngpu, a.sim))
-    if not phases[0]:
+    found = devices(s.ngpu, a.sim)
+    if not found:
         fail("no GPU visible (CUDA_VISIBLE_DEVICES / nvidia-smi); NGPU=N or --sim for simulated servers")
+    gib = a.sim_gpu_gib if a.sim else gpu_memory_gib(found[0])
+    shares = None if a.step or a.split else coserve(protocol, gib, s.gpu_util)
+    phases = plan_phases(s, protocol, a.step, a.split, found, shares)
     _wait_redis(s)  # before any server starts: a node job resubmitted during a Redis restart waits, as workers do
-    if len(phases) > 1:
-        order = [f"steps {','.join(map(str, ph[0].steps))} on {protocol.steps[ph[0].steps[0]].model}" for ph in phases]
-        print(f"{len(phases[0])} GPU(s), every step: " + ", then ".join(order))
+    if a.step is None and not a.split:
+
+        def on(v: Server) -> str:
+            return f"steps {','.join(map(str, v.steps))} on {protocol.steps[v.steps[0]].model}"
+
+        if len(phases) > 1:
+            print(f"{len(found)} GPU(s), every step: " + ", then ".join(on(ph[0]) for ph in phases))
+        else:
+            print("1 GPU, every step, both models at once: " + " and ".join(f"{on(v)} (GPU_UTIL {v.util:g})"
+                                                                            for v in phases[0]))  # fmt: skip
     stop = _stop_on_signals()
     served: set[int] = set()
     screen: Screen | None = None
     for i, servers in enumerate(phases):
-        tag, last = phase_tag(servers, a.step, a.split), i == len(phases) - 1
+        last = i == len(phases) - 1
         with Procs(s.logs_dir) as procs:
-            sizes = _sizes(s, protocol, servers, a.sim)
-            _start_servers(procs, s, protocol, servers, tag, a, sizes)
+            sizes = _sizes(s, protocol, servers, gib)
+            _start_servers(procs, s, protocol, servers, a, sizes)
             screen = enqueue.run_steps(s, protocol, steps, plan_only=False, label=a.step is None)
             assert screen is not None  # run_steps stamped the results root
-            codes = _supervise(procs, s, screen, servers, tag, a.burst or not last, stop, sizes)  # hand-over: a burst
+            codes = _supervise(procs, s, screen, servers, a, a.burst or not last, stop, sizes)  # hand-over: a burst
         served |= {step for v in servers for step in v.steps}
         if any(codes):
-            fail(f"worker exit codes {codes}: see {s.logs_dir}/client_s{tag}_gpu*.log", code=1)
+            fail(f"worker exit codes {codes}: see {s.logs_dir}/client_s*_gpu*.log", code=1)
         if stop.is_set():
             break
     enqueue.run_steps(s, protocol, steps, plan_only=True, label=a.step is None)
@@ -181,15 +188,32 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
-def _sizes(s: Settings, protocol: Protocol, servers: list[Server], sim: bool) -> dict[tuple[int, ...], Sizing]:
-    """Batch and in-flight sizes per model group from the GPU's memory (`sizing.size`), said in one line each."""
-    gib = None if sim else gpu_memory_gib(servers[0].device)
+def _sizes(s: Settings, protocol: Protocol, servers: list[Server], gib: float | None) -> dict[tuple[int, ...], Sizing]:
+    """Batch and in-flight sizes per model group from the GPU's memory (`sizing.size`; a share of it when the
+    models share the GPU, where step 3's batch needs its KV cache once: `sizing.coserve`), one line each."""
     out = {
-        g: size(protocol, g, gib, s.gpu_util, s.max_seqs, s.workers) for g in dict.fromkeys(v.steps for v in servers)
-    }
+        v.steps: size(protocol, v.steps, gib, v.util or s.gpu_util, s.max_seqs, s.workers,
+                      copies=1 if v.util and many_images(protocol, v.steps) else 2)
+        for v in {v.steps: v for v in servers}.values()
+    }  # fmt: skip
     for sz in out.values():
         print(sz.why)
     return out
+
+
+def _tuning(s: Settings, protocol: Protocol, servers: list[Server], srv: Server) -> Tuning:
+    """The GPU's cores (the host's, shared by its GPUs) for one server, said in one line. Sharing its GPU, the
+    steps-1-2 server takes half of them and step 3's all of its (preprocessing is step 3's limit): as
+    measured co-served on the H200 (h200.md, 4 and 8 API servers on 16 cores)."""
+    cores = cores_per_server(len({v.device for v in servers}))
+    if srv.util is not None and not many_images(protocol, srv.steps):
+        cores = max(1, cores // 2)
+    t = Tuning.for_cores(cores, s.api_servers, s.renderer_workers)
+    print(
+        f"{srv.name} server options: {t.api_servers} API servers, {t.renderer_workers} renderer threads, processor "
+        f"cache {t.processor_cache_gb} GiB, OMP_NUM_THREADS={t.omp_threads} unless set ({cores} cores)"
+    )
+    return t
 
 
 def _start_servers(
@@ -197,31 +221,40 @@ def _start_servers(
     s: Settings,
     protocol: Protocol,
     servers: list[Server],
-    tag: str,
     a: argparse.Namespace,
     sizes: dict[tuple[int, ...], Sizing],
 ) -> None:
-    """Every server at once, with the options derived from the cores; return when all are healthy."""
+    """Every GPU's servers at once, with the options derived from the cores; return when all are healthy. Two
+    servers of one GPU start one after the other: vLLM sizes its KV cache from the GPU's free memory
+    while it profiles, which the other's start would change under it."""
     try:
         paths = {g: snapshot(protocol, g, a.sim) for g in {srv.steps for srv in servers}}
     except LocalEntryNotFoundError as e:  # not in the local cache: say how to get it
         fail(f"model not in the local hub cache ({e}); run `pool-fetch --models` first (or set HF_HOME)")
-    cores = cores_per_server(len(servers))
-    tuning = Tuning.for_cores(cores, s.api_servers, s.renderer_workers)
-    known = None if a.sim else _flags_known(s.vllm, tuning, cores)
-    for srv in servers:
-        argv = server_argv(s, protocol, srv, paths[srv.steps], a.sim, tuning, known, sizes[srv.steps].max_seqs)
-        if a.sim:
-            argv += ["--speed", str(a.sim_speed)]
-        procs.start(log_name("vllm", tag, srv), argv, env=server_env(srv, a.sim, tuning))
+    known = None if a.sim else _flags_known(s.vllm)
+    name = {v: log_name("vllm", log_tag(v, a.step, a.split), v) for v in servers}
+    tuning = {v: _tuning(s, protocol, servers, v) for v in servers}
+    sim = ["--speed", str(a.sim_speed)] if a.sim else []
+    argv = {v: [*server_argv(s, protocol, v, paths[v.steps], a.sim, tuning[v], known, sizes[v.steps].max_seqs), *sim]
+            for v in servers}  # fmt: skip
+
+    def bring_up(on_gpu: list[Server]) -> list[tuple[Server, str]]:
+        for v in on_gpu:
+            t0 = time.monotonic()
+            procs.start(name[v], argv[v], env=server_env(v, a.sim, tuning[v]))
+            if why := _wait_healthy(procs, name[v], v, a.health_timeout):
+                return [(v, why)]
+            print(f"{v.name} healthy after {time.monotonic() - t0:.0f} s", flush=True)
+        return []
+
     what = {v: f"{protocol.steps[v.steps[0]].model} (steps {','.join(map(str, v.steps))})" for v in servers}
-    print(f"started {len(servers)} server(s): " + ", ".join(f"{v.name}={what[v]}@{v.url}" for v in servers))
-    with ThreadPoolExecutor(len(servers)) as ex:
-        why = list(ex.map(lambda v: _wait_healthy(procs, log_name("vllm", tag, v), v, a.health_timeout), servers))
-    bad = [(v, w) for v, w in zip(servers, why, strict=True) if w]
+    print(f"starting {len(servers)} server(s): " + ", ".join(f"{v.name}={what[v]}@{v.url}" for v in servers))
+    gpus = [[v for v in servers if v.device == d] for d in dict.fromkeys(v.device for v in servers)]
+    with ThreadPoolExecutor(len(gpus)) as ex:
+        bad = [b for found in ex.map(bring_up, gpus) for b in found]
     if bad:
         for v, w in bad:
-            print(_explain(s.logs_dir / f"{log_name('vllm', tag, v)}.log", w), file=sys.stderr)
+            print(_explain(s.logs_dir / f"{name[v]}.log", w), file=sys.stderr)
         raise SystemExit(1)
     print("all servers healthy")
 
@@ -231,7 +264,7 @@ def _supervise(
     s: Settings,
     screen: Screen,
     servers: list[Server],
-    tag: str,
+    a: argparse.Namespace,
     burst: bool,
     stop: threading.Event,
     sizes: dict[tuple[int, ...], Sizing],
@@ -247,8 +280,8 @@ def _supervise(
         wargv = [sys.executable, "-m", "workers.main", "--server", srv.url, *common]
         wargv += ["--name", f"{host}-{srv.name}{nth}", "--steps", ",".join(map(str, srv.steps))]
         wargv += ["--inflight", str(sizes[srv.steps].per_process)]
-        wargv += ["--metrics-port", str(s.port0 + 100 + srv.gpu + 16 * k)] + (["--burst"] if burst else [])
-        name = log_name("client", tag, srv) + nth.replace("-", "_")
+        wargv += ["--metrics-port", str(srv.port + 100 + 16 * k)] + (["--burst"] if burst else [])
+        name = log_name("client", log_tag(srv, a.step, a.split), srv) + nth.replace("-", "_")
         return name, lambda: procs.start(name, wargv)
 
     sup = Supervisor(burst, lambda msg: print(msg, file=sys.stderr, flush=True))

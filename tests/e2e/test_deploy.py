@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -23,7 +24,8 @@ from pool_queue.launch import (
     Tuning,
     cache_dir,
     flags_of_release,
-    phase_tag,
+    log_name,
+    log_tag,
     plan_phases,
     plan_servers,
     server_argv,
@@ -173,7 +175,17 @@ def test_split_plans_and_fixed_arguments():
         [((1, 2), "0"), ((1, 2), "1")],
         [((3,), "0"), ((3,), "1")],
     ]
-    assert [phase_tag(ph, None, None) for ph in whole] == ["1-2", "3"] and len(plan_phases(s, P, 3, None, ["0"])) == 1
+    assert [log_tag(ph[0], None, None) for ph in whole] == ["1-2", "3"] and len(plan_phases(s, P, 3, None, ["0"])) == 1
+    shares = {(1, 2): 0.45, (3,): 0.4}  # one GPU that holds both models' best batches (sizing.coserve)
+    assert plan_phases(s, P, None, None, ["0", "1"], shares) == whole  # several GPUs: each phase fills them all
+    (both,) = plan_phases(s, P, None, None, ["3"], shares)
+    assert [(v.steps, v.device, v.port, v.util, v.name) for v in both] == [
+        ((1, 2), "3", 9001, 0.45, "gpu0-s1-2"), ((3,), "3", 9002, 0.4, "gpu0-s3"),
+    ]  # fmt: skip
+    assert [log_name("vllm", log_tag(v, None, None), v) for v in both] == ["vllm_s1-2_gpu0", "vllm_s3_gpu0"]
+    argv = server_argv(s, P, both[1], "/snap", False, Tuning.for_cores(16))
+    assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.4"  # its share, not GPU_UTIL
+    assert plan_phases(s, P, 1, None, ["0"], shares)[0][0].util is None  # --step: the GPU to itself
 
 
 def test_run_remote_screens_a_pool_with_simulated_servers(pool_root, redis_url):
@@ -224,6 +236,36 @@ def test_one_command_screens_every_step_on_one_gpu_and_a_step_launch_says_what_w
     assert "wait in Redis" not in whole.stderr and all(f"STEP={n} REMAINING_TOTAL=0" in whole.stdout for n in (1, 2, 3))
     logs = pool_root / "logs"
     assert (logs / "vllm_s1-2_gpu0.log").exists() and (logs / "vllm_s3_gpu0.log").exists()
+    store, want = Store(pool_root / "results" / "pool", P.fingerprint), expected(pool_root)
+    for step, items in want.items():
+        got = {r["item_id"]: r for r in store.read_rows(step, store.winners(step))}
+        assert {k: (r["status"], r["removed"]) for k, r in got.items()} == {k: ("ok", v[0]) for k, v in items.items()}
+
+
+def test_one_gpu_that_holds_both_models_serves_them_at_once(pool_root, redis_url):
+    """`pool-launch --burst` on one GPU with room for both models' best batches (a simulated H200): one phase,
+    both servers on their shares, step 3's jobs taken as steps 1-2 chain them; every step complete with
+    the reference's verdicts."""
+    from pool_queue.sim.reference import expected
+
+    env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(free_port()),
+           "WORKERS": "64"}  # fmt: skip
+    argv = [sys.executable, "-m", "pool_queue.commands.launch", "--sim", "--burst", "--sim-gpu-gib", "141"]
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert ("1 GPU, every step, both models at once: steps 1,2 on Qwen/Qwen3-VL-8B-Instruct (GPU_UTIL 0.45) and "
+            "steps 3 on Qwen/Qwen3-VL-2B-Instruct (GPU_UTIL 0.4)") in out.stdout  # fmt: skip
+    assert "steps 3: MAX_SEQS 64, 64 in flight per server (WORKERS as set; 1 worker process); 141 GiB GPU at " \
+        "GPU_UTIL 0.4: 48 GiB of KV cache holds 68 prompts" in out.stdout
+    assert out.stdout.count("all servers healthy") == 1 and "starting 2 server(s): gpu0-s1-2=" in out.stdout
+    up = [line.split()[0] for line in out.stdout.splitlines() if " healthy after " in line]
+    assert up == ["gpu0-s1-2", "gpu0-s3"]  # one GPU's servers start one after the other
+    cores = len(os.sched_getaffinity(0))  # steps 1-2 take half the cores, step 3 (CPU-bound) all of them
+    assert re.search(rf"gpu0-s1-2 server options: .* \({max(1, cores // 2)} cores\)", out.stdout), out.stdout
+    assert re.search(rf"gpu0-s3 server options: .* \({cores} cores\)", out.stdout), out.stdout
+    logs = pool_root / "logs"
+    assert all((logs / f"{k}_s{t}_gpu0.log").exists() for k in ("vllm", "client") for t in ("1-2", "3"))
+    assert "wait in Redis" not in out.stderr and all(f"STEP={n} REMAINING_TOTAL=0" in out.stdout for n in (1, 2, 3))
     store, want = Store(pool_root / "results" / "pool", P.fingerprint), expected(pool_root)
     for step, items in want.items():
         got = {r["item_id"]: r for r in store.read_rows(step, store.winners(step))}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pool_queue.protocol import Protocol
-from pool_queue.sizing import GIB, KV_BYTES, OVERHEAD_GIB, WEIGHTS_GIB, prompt_tokens, size
+from pool_queue.sizing import GIB, KV_BYTES, OVERHEAD_GIB, WEIGHTS_GIB, coserve, prompt_tokens, size
 
 P = Protocol()
 TEXT, FRAMES = P.model_groups()  # (1, 2) on the 8B, (3,) on the 2B
@@ -38,3 +38,18 @@ def test_the_users_settings_win_and_an_unknown_gpu_keeps_the_run_packages_value(
     assert "WORKERS as set" in size(P, FRAMES, 140.4, 0.85, workers=100).why
     unknown = size(P, TEXT, None, 0.85)
     assert (unknown.max_seqs, unknown.inflight) == (64, 128) and "GPU memory unknown" in unknown.why
+
+
+def test_one_gpu_serves_both_models_at_once_only_where_both_get_their_best_batch():
+    """`coserve`: step 3's batch once over (one batch in flight, siblings share frames), the rest holds the
+    8B's twice over as alone; where that fails (a 32 GB card, an 80 GB one) the models take turns."""
+    for gib in (140.4, 178.4):
+        shares = coserve(P, gib, 0.85)
+        assert shares is not None and sum(shares.values()) <= 0.85 + 1e-9, gib
+        frames = size(P, FRAMES, gib, shares[FRAMES], copies=1)
+        assert size(P, TEXT, gib, shares[TEXT]).max_seqs == 256 and frames.max_seqs == 64
+        kv = gib * shares[FRAMES] - WEIGHTS_GIB[P.steps[3].model] - OVERHEAD_GIB
+        assert 64 * prompt_tokens(P, FRAMES) * KV_BYTES[P.steps[3].model] / GIB <= kv  # the batch fits once
+    assert coserve(P, 140.4, 0.85) == {TEXT: 0.45, FRAMES: 0.4}
+    assert coserve(P, 79.1, 0.85) is None and coserve(P, 31.7, 0.85) is None and coserve(P, None, 0.85) is None
+    assert coserve(P, 140.4, 0.6) is None  # a lowered GPU_UTIL leaves the 8B too little: one after the other
