@@ -1,7 +1,8 @@
 """pool-launch: one model server per GPU (PORT0+i, the GPU pinned), one worker per server, then wait.
 
-With neither `--step` nor `--split` it screens every step on whatever GPUs the host has, one GPU
-included: the 8B on every GPU for steps 1-2, then, once their queues are empty, the 2B for step 3.
+With neither `--step` nor `--split` it screens every step on whatever GPUs the host has: one GPU with
+room for both models serves them at once (`sizing.coserve`), else the 8B on every GPU for steps 1-2,
+then, once their queues are empty, the 2B for step 3.
 `--step N` serves that step's model on every GPU and enqueues step N (survivors chain onward, as far
 as that model goes); `--split 3+1` serves the 8B (steps 1-2) on the first 3 GPUs and the 2B (step 3)
 on the rest, so all steps run at once. A launch that leaves jobs waiting for a model it did not serve
