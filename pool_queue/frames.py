@@ -13,6 +13,7 @@ import base64
 import io
 import os
 import re
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -42,14 +43,8 @@ def natural_key(name: str) -> tuple[tuple[tuple[int, int | str], ...], str]:
 def video_folder(frames_dir: Path, video_id: str) -> tuple[Path | None, str]:
     """The one rule for "this video has a frame folder", used by the planner, worker, status and
     audit: (folder, "") or (None, why not). Never raises; never leaves the frame cache."""
-    if not is_utf8(video_id):
-        return None, f"video folder {printable(video_id)!r}: its name is not valid UTF-8"
-    if video_id.startswith("k:"):
-        return None, f"video {video_id!r} is not downloaded (k: id)"
-    if not video_id or video_id in (".", "..") or any(c in video_id for c in "/\\\x00") or ".." in video_id:
-        return None, f"unsafe video_id {video_id!r}"
-    if video_id.startswith("."):
-        return None, f"video folder {video_id!r} is hidden"
+    if why := _name_problem(video_id):
+        return None, why
     d = frames_dir / video_id
     try:
         if d.is_symlink() and not d.resolve().is_relative_to(frames_dir.resolve()):
@@ -63,14 +58,42 @@ def video_folder(frames_dir: Path, video_id: str) -> tuple[Path | None, str]:
     return d, ""
 
 
+def _name_problem(video_id: str) -> str:
+    """Why a video_id cannot name a frame folder, from the name alone ("" when it can)."""
+    if not is_utf8(video_id):
+        return f"video folder {printable(video_id)!r}: its name is not valid UTF-8"
+    if video_id.startswith("k:"):
+        return f"video {video_id!r} is not downloaded (k: id)"
+    if not video_id or video_id in (".", "..") or any(c in video_id for c in "/\\\x00") or ".." in video_id:
+        return f"unsafe video_id {video_id!r}"
+    if video_id.startswith("."):
+        return f"video folder {video_id!r} is hidden"
+    return ""
+
+
+_listed: dict[Path, tuple[tuple[int, int], pa.Array]] = {}  # frames_dir -> ((inode, mtime), its frame_videos)
+
+
 def frame_videos(frames_dir: Path) -> pa.Array:
-    """Names of the video folders in the cache that pass `video_folder` (one listing, one check each)."""
+    """Names of the video folders in the cache that pass `video_folder`: one listing, a plain folder taken
+    from its directory entry and only links checked further (67,021 folders in the real pool). Kept
+    while the cache's own mtime stands (a folder added, removed or replaced changes it; one changed
+    within the last 2 s is listed again, for coarse clocks), so a status refresh or a plan that asks
+    several times lists once."""
     try:
+        st = frames_dir.stat()
+        key = (st.st_ino, st.st_mtime_ns)
+        if (memo := _listed.get(frames_dir)) is not None and memo[0] == key:
+            return memo[1]
         with os.scandir(frames_dir) as it:
-            names = [e.name for e in it]
+            names = [e.name for e in it if _name_problem(e.name) == "" and (
+                e.is_dir(follow_symlinks=False) or video_folder(frames_dir, e.name)[0] is not None)]  # fmt: skip
     except OSError:  # no cache (yet), or one we may not read: no video has frames
         return pa.array([], pa.string())
-    return pa.array([n for n in names if video_folder(frames_dir, n)[0] is not None], pa.string())
+    found = pa.array(names, pa.string())
+    if time.time() - st.st_mtime > 2.0:
+        _listed[frames_dir] = (key, found)
+    return found
 
 
 def list_frames(folder: Path, frames_dir: Path | None = None) -> list[Path]:

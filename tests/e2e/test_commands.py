@@ -16,6 +16,7 @@ import pytest
 from redis import Redis
 from test_readme import fenced_lines
 
+from pool_queue.commands import export as export_command
 from pool_queue.items import load_items
 from pool_queue.procs import free_port, wait_health
 from pool_queue.protocol import Protocol
@@ -63,7 +64,7 @@ def test_settings_env_flags_and_secrets(monkeypatch, tmp_path):
     assert s.redis_kwargs() == {"password": "hunter2"}
 
 
-def test_demo_runs_the_whole_screen(tmp_path):
+def test_demo_runs_the_whole_screen(tmp_path, monkeypatch):
     """As a new user: the demo says where its Redis is and which commands work; afterwards the bare
     commands in that folder find the demo; its items/s are the report's."""
     bindir = Path(sys.executable).parent
@@ -101,6 +102,16 @@ def test_demo_runs_the_whole_screen(tmp_path):
     lines = (tmp_path / "export" / "results" / "pool" / "step1" / "step1.jsonl").read_text().splitlines()
     assert len(lines) == 150 and "export/parquet/step3.parquet" in export.stdout
     _export_reads_as_one_table(tmp_path / "demo", tmp_path / "export")
+    # streamed BATCH rows at a time, whatever the pool's size: a few rows a batch give the same export
+    monkeypatch.setattr(export_command, "BATCH", 7)
+    export_command.export(Store(tmp_path / "demo" / "results" / "pool", Protocol().fingerprint), [1, 2, 3],
+                          tmp_path / "export7")  # fmt: skip
+    for step in (1, 2, 3):
+        rel = Path("results", "pool", f"step{step}", f"step{step}.jsonl")
+        whole = (tmp_path / "export" / rel).read_text().splitlines()
+        assert sorted((tmp_path / "export7" / rel).read_text().splitlines()) == sorted(whole)
+        parts = pq.ParquetFile(tmp_path / "export7" / "parquet" / f"step{step}.parquet")
+        assert parts.metadata.num_rows == len(whole) and parts.num_row_groups == -(-len(whole) // 7)
     # the demo ends with an audit and a report of the finished screen, with the same items/s
     assert "audit: " in out.stdout and ": OK," in out.stdout
     report = (tmp_path / "demo" / "results" / "report" / "report.md").read_text()

@@ -1,6 +1,8 @@
 import io
 import json
+import os
 import shutil
+import time
 
 import pytest
 from PIL import Image
@@ -237,3 +239,17 @@ def test_exif_orientation_is_applied_before_resizing(tmp_path, orientation, size
     corners = {"tl": (5, 5), "tr": (size[0] - 5, 5), "br": (size[0] - 5, size[1] - 5), "bl": (5, size[1] - 5)}
     white = {k for k, xy in corners.items() if sum(out.getpixel(xy)) > 600}
     assert white == {{1: "tl", 3: "br", 6: "tr", 8: "bl"}[orientation]}, white
+
+
+def test_the_folder_listing_is_kept_until_the_cache_changes(tmp_path):
+    """A status refresh or a plan asks several times: the cache is listed once while its mtime stands."""
+    cache = tmp_path / "pool_frames"
+    (cache / "v1").mkdir(parents=True)
+    os.utime(cache, (time.time() - 3600, time.time() - 3600))  # settled an hour ago
+    first = frame_videos(cache)
+    assert first.to_pylist() == ["v1"] and frame_videos(cache) is first  # kept
+    (cache / "v2").mkdir()  # the cache's mtime moves: listed again, at once
+    assert sorted(frame_videos(cache).to_pylist()) == ["v1", "v2"]
+    (cache / "v2").rmdir()
+    (cache / "v2").symlink_to(tmp_path)  # replaced by a link leading outside: checked, refused
+    assert frame_videos(cache).to_pylist() == ["v1"]
