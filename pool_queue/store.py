@@ -112,9 +112,10 @@ class Store:
             raise StoreError(f"step {step}: rows of another protocol in {seg}; start a new results root")
         return table
 
-    def winners(self, step: int) -> pa.Table:
-        """One row per item: ok beats error, then the earliest (finished_at, segment, offset)."""
-        t = self.index(step)
+    def winners(self, step: int, among: pa.Array | None = None) -> pa.Table:
+        """One row per item: ok beats error, then the earliest (finished_at, segment, offset). `among`: only
+        these items (a worker's job), found by a filter before the sort, so a job costs what it holds."""
+        t = self._index_of(step, among)
         if not t.num_rows:
             return t
         rank = pc.if_else(pc.equal(t.column("status"), "ok"), 0, 1)
@@ -133,26 +134,30 @@ class Store:
             first[1:] = pc.not_equal(ids.slice(1), ids.slice(0, len(ids) - 1)).to_numpy(zero_copy_only=False)
         return t.filter(pa.array(first)).drop_columns(["_rank"])
 
-    def error_runs(self, step: int) -> pa.Table:
+    def error_runs(self, step: int, among: pa.Array | None = None) -> pa.Table:
         """Per item, how many transient error rows it has (for the re-attempt limit)."""
-        t = self.index(step)
+        t = self._index_of(step, among)
         final = pc.is_in(t.column("error_kind"), value_set=pa.array(FINAL_ERRORS))
         t = t.filter(pc.and_(pc.equal(t.column("status"), "error"), pc.invert(pc.fill_null(final, False))))
         return t.group_by("item_id").aggregate([("item_id", "count")]).rename_columns(["item_id", "runs"])
 
-    def settled(self, step: int) -> pa.Array:
+    def settled(self, step: int, among: pa.Array | None = None) -> pa.Array:
         """Items this step needs no more work on, under the re-attempt limit every reader shares."""
-        return self.final_ids(step, MAX_ITEM_RUNS)
+        return self.final_ids(step, MAX_ITEM_RUNS, among)
 
-    def final_ids(self, step: int, max_item_runs: int) -> pa.Array:
+    def final_ids(self, step: int, max_item_runs: int, among: pa.Array | None = None) -> pa.Array:
         """Items this step needs no more work on: ok, failed for good (refused, bad input), or out of re-attempts."""
-        w = self.winners(step)
+        w = self.winners(step, among)
         st, kind = w.column("status"), pc.fill_null(w.column("error_kind"), "")
         settled = pc.or_(pc.equal(st, "ok"), pc.is_in(kind, value_set=pa.array(FINAL_ERRORS)))
         done = pc.filter(w.column("item_id"), settled)
-        runs = self.error_runs(step)
+        runs = self.error_runs(step, among)
         spent = pc.filter(runs.column("item_id"), pc.greater_equal(runs.column("runs"), max_item_runs))
         return pa.chunked_array([done.combine_chunks(), spent.combine_chunks()], pa.string()).combine_chunks()
+
+    def _index_of(self, step: int, among: pa.Array | None) -> pa.Table:
+        t = self.index(step)
+        return t if among is None else t.filter(pc.is_in(t.column("item_id"), value_set=among))
 
     def read_rows(self, step: int, index: pa.Table) -> list[dict[str, Any]]:
         """Full rows for the index entries given (e.g. the winners), read by offset."""

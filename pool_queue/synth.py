@@ -128,6 +128,9 @@ class SynthConfig:
     corrupt_frames: int = 0  # frames overwritten with garbage or truncated
     items_per_video: int = 0  # 0: each item picks a video at random (the real pool has ~2.7 per video)
     frame_formats: tuple[tuple[str, float], ...] = FRAME_FORMATS  # (format, weight); benchmarks may want real-like
+    n_benchmarks: int = len(BENCHMARKS)  # more than BENCHMARKS: their kinds again under new names (the pool has 139)
+    link_frames: bool = False  # frames hard-linked to one video's per format: folders at size cost no disk
+    shards: bool = True  # the tar shards of every frame folder (frames_tar/)
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,7 @@ def _frame_bytes(base: Image.Image, fmt: str, i: int) -> tuple[bytes, str]:
 def _write_frames(cfg: SynthConfig, rng: random.Random, frames_dir: Path, videos: list[str]) -> int:
     n_frames = 0
     weights = [w for _, w in cfg.frame_formats]
+    first: dict[str, list[Path]] = {}  # with link_frames: per format, the frames written so far
     for v in videos:
         d = frames_dir / v
         d.mkdir(parents=True)
@@ -182,10 +186,15 @@ def _write_frames(cfg: SynthConfig, rng: random.Random, frames_dir: Path, videos
         base = _video_base(rng, fmt, rng.random() < 0.1)
         n = rng.randint(*cfg.frames)
         padded = rng.random() < 0.5
+        src = first.setdefault(fmt, [])
         for i in range(n):
+            if cfg.link_frames and i < len(src):
+                (d / f"frame_{i:04d}{src[i].suffix}" if padded else d / f"frame_{i}{src[i].suffix}").hardlink_to(src[i])
+                continue
             data, suffix = _frame_bytes(base, fmt, i)
             name = f"frame_{i:04d}{suffix}" if padded else f"frame_{i}{suffix}"
             (d / name).write_bytes(data)
+            src.append(d / name)
         if rng.random() < 0.2:
             (d / "info.txt").write_text("not a frame\n")
         n_frames += n
@@ -230,14 +239,13 @@ def generate(root: Path, cfg: SynthConfig = SynthConfig()) -> SynthSummary:
     if items_dir.exists():
         raise FileExistsError(f"{items_dir} exists: generate into a new root")
     rng = random.Random(cfg.seed)
-    n_bench = len(BENCHMARKS)
+    kinds = [(BENCHMARKS[b % len(BENCHMARKS)], b // len(BENCHMARKS)) for b in range(cfg.n_benchmarks)]
+    names = [k.name + (f"{n:02d}" if n else "") for k, n in kinds]
     videos: list[tuple[str, int]] = []  # (video_id, benchmark index)
     for i in range(cfg.n_videos):
-        b = i % n_bench
+        b = i % cfg.n_benchmarks
         vid = (
-            f"k:yt{rng.getrandbits(40):010x}"
-            if rng.random() < cfg.k_fraction
-            else f"v{i:05d}_{BENCHMARKS[b].name[5:9].lower()}"
+            f"k:yt{rng.getrandbits(40):010x}" if rng.random() < cfg.k_fraction else f"v{i:05d}_{names[b][5:9].lower()}"
         )
         videos.append((vid, b))
     rows: dict[str, list[object]] = {
@@ -245,7 +253,7 @@ def generate(root: Path, cfg: SynthConfig = SynthConfig()) -> SynthSummary:
     }
     for i in range(cfg.n_items):
         vid, b = videos[i // cfg.items_per_video % len(videos) if cfg.items_per_video else rng.randrange(len(videos))]
-        bench = BENCHMARKS[b]
+        bench, name = kinds[b][0], names[b]
         q = question_in_band(rng, bench.band)
         n = rng.randint(*bench.n_options)
         options = ["yes", "no"] if n == 2 and rng.random() < 0.8 else rng.sample(ANSWERS, n)
@@ -253,8 +261,8 @@ def generate(root: Path, cfg: SynthConfig = SynthConfig()) -> SynthSummary:
             options.reverse()
         gold = believed_option(q, options)
         for k, v in (
-            ("item_id", f"{bench.name[5:].lower()}-{i:06d}"),
-            ("benchmark", bench.name),
+            ("item_id", f"{name[5:].lower()}-{i:06d}"),
+            ("benchmark", name),
             ("video_id", vid),
             ("question", q),
             ("options", options),
@@ -278,7 +286,7 @@ def generate(root: Path, cfg: SynthConfig = SynthConfig()) -> SynthSummary:
     with_frames = [v for v, _ in videos if not v.startswith("k:") and rng.random() >= cfg.missing_fraction]
     with_frames = sorted(set(with_frames))
     n_frames = _write_frames(cfg, rng, frames_dir, with_frames)
-    n_shards = _write_shards(frames_dir, tar_dir, with_frames, cfg.shard_videos)
+    n_shards = _write_shards(frames_dir, tar_dir, with_frames, cfg.shard_videos) if cfg.shards else 0
     _corrupt(rng, frames_dir, with_frames, cfg.corrupt_frames)
     (root / "results" / "pool").mkdir(parents=True)
     (root / "logs").mkdir()

@@ -17,8 +17,7 @@ from pool_queue.store import Store
 
 def already_final(store: Store, step: int, ids: list[str]) -> set[str]:
     """The job's items that need no more work (a re-delivered job, or one queued beside running workers)."""
-    mask = pc.is_in(pa.array(ids, pa.string()), value_set=store.settled(step))
-    return {i for i, m in zip(ids, mask.to_pylist(), strict=True) if m}
+    return set(store.settled(step, among=pa.array(ids, pa.string())).to_pylist())
 
 
 def follow_up(
@@ -45,8 +44,7 @@ def follow_up(
         }
     )
     if skipped:
-        w = store.winners(step).select(["item_id", "status", "removed"])
-        w = w.filter(pc.is_in(w.column("item_id"), value_set=pa.array(sorted(skipped), pa.string())))
+        w = store.winners(step, among=pa.array(sorted(skipped), pa.string())).select(["item_id", "status", "removed"])
         videos = videos_of(w.column("item_id").to_pylist())
         known = w.filter(pc.is_in(w.column("item_id"), value_set=pa.array(list(videos), pa.string())))
         vids = pa.array([videos[i] for i in known.column("item_id").to_pylist()], pa.string())

@@ -40,6 +40,23 @@ def test_write_read_and_winner_rules(tmp_path):
     assert st.error_runs(1).to_pylist() == [{"item_id": "x", "runs": 1}]
 
 
+def test_a_jobs_items_are_judged_alone_with_the_same_rules(tmp_path):
+    """`among`: a worker's job asks about its own items only (filtered before the sort), same answers."""
+    import pyarrow as pa
+
+    st = Store(tmp_path, "fp1")
+    st.writer(1, "a").write([row("x", "error", t=1.0, kind="transient"), row("y", t=5.0), row("w", t=1.0)])
+    st.writer(1, "b").write([row("x", t=9.0), row("y", t=2.0, tag="early"), row("z", "error", t=3.0, kind="permanent")])
+    st.writer(1, "c").write([row("v", "error", t=float(i), kind="transient") for i in range(3)])
+    among = pa.array(["x", "y", "v", "unknown"], pa.string())
+    whole = st.winners(1)
+    part = st.winners(1, among=among)
+    assert part.to_pylist() == whole.filter(pa.compute.is_in(whole.column("item_id"), value_set=among)).to_pylist()
+    assert sorted(st.settled(1, among=among).to_pylist()) == ["v", "x", "y"]  # v: out of re-attempts
+    assert set(st.settled(1, among=among).to_pylist()) == set(st.settled(1).to_pylist()) & {"x", "y", "v"}
+    assert st.error_runs(1, among=pa.array(["x"], pa.string())).to_pylist() == [{"item_id": "x", "runs": 1}]
+
+
 def test_transient_errors_are_final_only_after_max_runs(tmp_path):
     st = Store(tmp_path, "fp1")
     w = st.writer(1, "a")
