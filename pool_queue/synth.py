@@ -113,6 +113,7 @@ ANSWERS = (
     "they shake hands",
 )
 FRAME_FORMATS = (("jpeg448", 0.5), ("jpegbig", 0.3), ("png", 0.2))
+MAX_LINKS = 50_000  # with link_frames, videos sharing one video's frames (ext4 allows 65,000 links)
 
 
 @dataclass(frozen=True)
@@ -187,6 +188,8 @@ def _write_frames(cfg: SynthConfig, rng: random.Random, frames_dir: Path, videos
         n = rng.randint(*cfg.frames)
         padded = rng.random() < 0.5
         src = first.setdefault(fmt, [])
+        if len(src) and src[0].stat().st_nlink >= MAX_LINKS:  # ext4 allows 65,000 links to a file
+            src = first[fmt] = []
         for i in range(n):
             if cfg.link_frames and i < len(src):
                 (d / f"frame_{i:04d}{src[i].suffix}" if padded else d / f"frame_{i}{src[i].suffix}").hardlink_to(src[i])

@@ -79,6 +79,22 @@ def test_torn_last_line_is_skipped_with_a_warning(tmp_path, caplog):
     assert "incomplete last line" in caplog.text
 
 
+def test_a_segment_is_parsed_a_piece_at_a_time_with_the_same_index(tmp_path, monkeypatch):
+    """Pieces of CHUNK_BYTES keep a cold read of a large segment flat in memory; a line longer than a
+    piece is read whole; the index is the one a single read gives."""
+    from pool_queue import segment_index
+
+    rows = [row(f"i{k:03d}", t=float(k), pad="x" * (900 if k == 7 else 10)) for k in range(40)]
+    Store(tmp_path / "a", "fp1").writer(1, "w").write(rows)
+    whole = Store(tmp_path / "a", "fp1").index(1).drop_columns(["segment"])
+    (tmp_path / "a" / "step1" / ".index3").rename(tmp_path / "parts-of-one-read")
+    monkeypatch.setattr(segment_index, "CHUNK_BYTES", 300)  # ~2 lines a piece; line 7 is longer than one
+    pieces = Store(tmp_path / "a", "fp1").index(1).drop_columns(["segment"])
+    assert pieces.to_pylist() == whole.to_pylist()
+    (part,) = (tmp_path / "a" / "step1" / ".index3").iterdir()
+    assert len(list(part.iterdir())) == 1  # more than MAX_PARTS pieces: compacted into one part
+
+
 def test_damaged_line_in_the_middle_is_skipped(tmp_path, caplog):
     st = Store(tmp_path, "fp1")
     d = tmp_path / "step1"
