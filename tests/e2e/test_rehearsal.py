@@ -22,7 +22,7 @@ from pool_queue.store import Store  # noqa: E402
 def test_a_small_rehearsal_runs_every_stage_and_lands_exactly(tmp_path: Path) -> None:
     rep = run_rehearsal(Config(items=3000, flush_at=0.3, kill_at=0.5, status_every_s=1.0), tmp_path)
     assert set(rep.stages) == {"synth", "enqueue", "status", "recovery", "screen", "report", "audit", "export", "pack"}
-    assert [f.split(" at ")[0] for f in rep.faults] == ["FLUSHALL + pool-enqueue --step all", rep.faults[1].split(" at ")[0]]
+    assert len(rep.faults) == 2 and rep.faults[0].startswith("FLUSHALL + pool-enqueue --step all at ")
     assert rep.faults[1].startswith("kill -9 w")
     assert rep.complete and rep.audit_ok and rep.pack_ok, (rep.steps, rep.audit_tail)
     assert set(rep.kinds) == {"simulated server", "redis", "worker 8B", "worker 2B"}
