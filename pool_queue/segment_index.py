@@ -70,7 +70,8 @@ class SegmentIndex:
                 covered += end
                 n_parts += 1
         table = pa.concat_tables(tables) if tables else INDEX_SCHEMA.empty_table()
-        if n_parts > MAX_PARTS:
+        if n_parts > MAX_PARTS:  # on disk one part, in memory one chunk: a long-lived reader's table
+            table = table.combine_chunks()  # would otherwise gain a chunk per read, each read slower
             self._compact(idx_dir, table, covered)
             n_parts = 1
         self._seen[seg] = (covered, table, n_parts)
