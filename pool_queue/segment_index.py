@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import threading
 import time
 from pathlib import Path
 
@@ -39,9 +40,15 @@ class SegmentIndex:
     def __init__(self) -> None:
         self._warned: set[str] = set()
         self._seen: dict[Path, tuple[int, pa.Table, int]] = {}  # segment -> (bytes covered, index, parts)
+        self._lock = threading.Lock()
 
     def read(self, seg: Path) -> pa.Table:
-        """Kept in memory too, so a live view re-reading every few seconds parses only new bytes."""
+        """Kept in memory too, so a live view re-reading every few seconds parses only new bytes. One read at a
+        time: threads reading together would each parse the same new bytes and keep their own copies."""
+        with self._lock:
+            return self._read(seg)
+
+    def _read(self, seg: Path) -> pa.Table:
         size = seg.stat().st_size
         idx_dir = seg.parent / INDEX_DIR / seg.stem
         if seg in self._seen:

@@ -16,9 +16,11 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from rq import Worker as RQWorker
@@ -43,6 +45,7 @@ from .redis_link import RedisGone, RedisLink
 from .screen import Identity, Item, Screener, VideoSend
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 HOLD_PROBE_S = 2.0  # how often a held worker probes its server or its disk
 
 
@@ -112,8 +115,12 @@ class Worker:
         self.writers: dict[int, SegmentWriter] = {}
         self.active: dict[str, leases.Lease] = {}
         self.runs: dict[str, asyncio.Task[None]] = {}  # job id -> its task
+        self.reserved: dict[str, int] = {}  # job id -> its forwards counted in the backlog before its items start
         self.holds = Holds(name)
-        self.backlog = 0  # forwards of started items not yet answered
+        self.backlog = 0  # forwards of claimed jobs not yet answered (or found settled)
+        # Store reads (re-checks, follow-ups) are Arrow work over a whole step's index: one at a time, on one
+        # thread. A pool of threads ran dozens at once after a recovery, each with its own copy (3x the RSS).
+        self.reader = ThreadPoolExecutor(1, thread_name_prefix=f"{name[:10]}-store")
         self.stopping = asyncio.Event()
         self.more = asyncio.Event()
         self.fatal: BaseException | None = None
@@ -171,8 +178,7 @@ class Worker:
                         break
                     await _first(self.stopping.wait(), asyncio.sleep(self.poll_s))
                     continue
-                self.active[lease.job.id] = lease
-                runs[lease.job.id] = asyncio.create_task(self._run_job(lease))
+                self._start(lease)
             log.info("%s: stopping: finishing %d job(s) in flight", self.name, len(runs))
             if runs:  # each job ends its own lease: acknowledged, failed or given back
                 await asyncio.gather(*runs.values(), return_exceptions=True)
@@ -186,6 +192,7 @@ class Worker:
                 await self.link.attempt(presence.withdraw, self.conn, self.name)
             for w in self.writers.values():
                 w.close()
+            self.reader.shutdown(wait=False)
             upkeep.log_progress(self)
         if self.fatal is not None:
             log.error("%s: stopped: %s", self.name, self.fatal)
@@ -230,10 +237,30 @@ class Worker:
 
     # ---- one job --------------------------------------------------------------------------------
 
+    def _start(self, lease: leases.Lease) -> None:
+        """A claimed job counts its forwards in the backlog at once, so jobs that are first re-checked (after a
+        recovery, most are settled) are claimed a few at a time, not by the hundred."""
+        job = lease.job.id
+        self.active[job] = lease
+        self.reserved[job] = self.protocol.steps[lease.payload.step].n_orders * len(lease.payload.items)
+        self.backlog += self.reserved[job]
+        self.runs[job] = task = asyncio.create_task(self._run_job(lease))
+        task.add_done_callback(partial(self._ended, job))
+
+    def _ended(self, job: str, _: object) -> None:
+        """The job's reservation, and a task cancelled before it ran (a hand-back right after the claim): its
+        lease is no longer renewed, so it expires and the job runs again."""
+        self._release(job)
+        self.active.pop(job, None)
+        self.runs.pop(job, None)
+
+    def _release(self, job: str) -> None:
+        self._answered(self.reserved.pop(job, 0), None)
+
     async def _run_job(self, lease: leases.Lease) -> None:
         step, ids = lease.payload.step, lease.payload.items
         try:
-            skip = await asyncio.to_thread(already_final, self.store, step, ids) if lease.check_store else set()
+            skip = await self._read(already_final, self.store, step, ids) if lease.check_store else set()
             todo = [i for i in ids if i not in skip]
             n_fw = self.protocol.steps[step].n_orders
             found = self._items(todo)
@@ -243,12 +270,13 @@ class Worker:
             self.backlog += n_fw * len(each)
             for t in each:  # a done-callback runs even for an item cancelled before it started (a hand-back)
                 t.add_done_callback(partial(self._answered, n_fw))
+            self._release(lease.job.id)  # from here its items count, each until answered
             rows = await asyncio.gather(*each)
             if self.fatal is not None and not isinstance(self.fatal, RedisGone):
                 raise self.fatal
             dumped = [r.model_dump(mode="json") for r in rows]
             await asyncio.to_thread(self._writer(step).write, dumped)  # on disk before the ack
-            follow = await asyncio.to_thread(
+            follow = await self._read(
                 follow_up, self.protocol, self.store, self.frames_dir, self._videos, step, rows, skip
             )
             await self.link.call(leases.finish, self.screen, lease, follow, self.protocol.next_step(step), self.rq)
@@ -274,7 +302,7 @@ class Worker:
             final = await self._end(leases.fail, self.conn, lease, reason, self.name, self.timing.max_failures, self.rq)
             if final:
                 log.error("%s: job %s failed %d times: in the failed registry", self.name, lease.job.id, lease.failures)
-        finally:
+        finally:  # here, not one loop tick later in _ended: a heartbeat must not renew an ended lease
             self.active.pop(lease.job.id, None)
             self.runs.pop(lease.job.id, None)
 
@@ -286,8 +314,12 @@ class Worker:
             return False
 
     def _answered(self, n_fw: int, _: object) -> None:
-        self.backlog -= n_fw
-        self.more.set()
+        if n_fw:
+            self.backlog -= n_fw
+            self.more.set()
+
+    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.reader, partial(fn, *args))
 
     async def _screen(self, step: int, item_id: str, item: Item | None) -> Row:
         try:

@@ -213,3 +213,42 @@ def test_a_job_whose_items_all_have_rows_is_acknowledged_without_work(stack):
     assert screen.job_id(1, ids) in FinishedJobRegistry(queue=screen.queue(1)).get_job_ids()
     chained = [i for c in screen.payloads(screen.snapshot([2])[2].waiting).values() for i in c.items]
     assert chained and set(chained) <= set(ids)  # the survivors went on from the store
+
+
+def test_settled_jobs_of_a_recovery_are_claimed_a_few_at_a_time(stack, monkeypatch):
+    """After a recovery most jobs are settled already, and each re-check reads the whole step's index (at
+    299,366 items a tenth of a second): a job counts its forwards while it is re-checked, so a worker holds
+    what its in-flight bound allows. It used to claim them by the dozen, a re-check thread and an index copy
+    each (8B workers past 2 GB in the full-size rehearsal). The worker runs in this process, its re-checks
+    slowed to that size's pace."""
+    import asyncio
+
+    from rq.registry import FinishedJobRegistry
+
+    from workers import main as worker_main
+    from workers import runtime
+
+    url = stack.sim("sim8", "qwen3-vl-8b", "--zero-latency")
+    stack.enqueue(1, chunk_size=240)
+    stack.worker("w", url, "--steps", "1", "--burst")
+    stack.wait_workers(["w"])
+    screen, ids = stack.screen, sorted(stack.winners(1))
+    assert screen.enqueue_chunks(1, ids, 4, recheck=True) == 60  # 16 forwards a job
+
+    def slow_recheck(*args):
+        time.sleep(0.1)
+        return real(*args)
+
+    real = runtime.already_final
+    monkeypatch.setattr(runtime, "already_final", slow_recheck)
+    for k, v in stack.env.items():
+        monkeypatch.setenv(k, v)
+    argv = ["--server", url, "--name", "again", "--steps", "1", "--burst", "--inflight", "8"]  # claims stop at 16
+    assert asyncio.run(worker_main._main(argv)) == 0
+    assert stack.raw_count(1) == 240  # nothing sent again
+    done = FinishedJobRegistry(queue=screen.queue(1)).get_job_ids()
+    jobs = [j for j in screen.fetch_many(done) if j is not None and len(j.kwargs["items"]) == 4]
+    assert len(jobs) == 60
+    events = sorted([(j.started_at, 1) for j in jobs] + [(j.ended_at, -1) for j in jobs], key=lambda e: (e[0], e[1]))
+    held = [sum(d for _, d in events[: k + 1]) for k in range(len(events))]
+    assert max(held) <= 3  # one re-checked; one or two acknowledged meanwhile

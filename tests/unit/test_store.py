@@ -95,6 +95,42 @@ def test_a_segment_is_parsed_a_piece_at_a_time_with_the_same_index(tmp_path, mon
     assert len(list(part.iterdir())) == 1  # more than MAX_PARTS pieces: compacted into one part
 
 
+def test_threads_reading_one_store_together_parse_each_byte_once(tmp_path, monkeypatch):
+    """A worker's threads re-check jobs at once after a recovery: each new byte is parsed by one of them,
+    the others use its index (they used to parse it each, with a copy each)."""
+    import threading
+
+    from pool_queue import segment_index
+
+    parsed: list[int] = []
+    real = segment_index.SegmentIndex._parse
+
+    def counted(self, seg_name, data, base):
+        parsed.append(len(data))
+        time.sleep(0.05)  # a slow parse: the other threads arrive while it runs
+        return real(self, seg_name, data, base)
+
+    monkeypatch.setattr(segment_index.SegmentIndex, "_parse", counted)
+    w = Store(tmp_path, "fp1").writer(1, "a")
+    st = Store(tmp_path, "fp1")
+    for round_ in range(3):  # appended between rounds: each round parses only what is new, once
+        w.write([row(f"r{round_}-{k}", t=float(k)) for k in range(50)])
+        start = threading.Barrier(8)
+        counts: list[int] = []
+
+        def read(start: threading.Barrier = start, counts: list[int] = counts) -> None:
+            start.wait()
+            counts.append(st.index(1).num_rows)
+
+        threads = [threading.Thread(target=read) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert counts == [50 * (round_ + 1)] * 8
+    assert sum(parsed) == w.path.stat().st_size and len(parsed) == 3
+
+
 def test_damaged_line_in_the_middle_is_skipped(tmp_path, caplog):
     st = Store(tmp_path, "fp1")
     d = tmp_path / "step1"
