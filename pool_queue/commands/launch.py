@@ -17,6 +17,7 @@ demo, the Slurm test).
 from __future__ import annotations
 
 import argparse
+import queue
 import signal
 import socket
 import subprocess
@@ -24,7 +25,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from huggingface_hub.errors import LocalEntryNotFoundError
@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sim", action="store_true", help="simulated servers instead of vLLM (no GPU)")
     p.add_argument("--sim-speed", type=float, default=20.0, help="with --sim: capacity-model speed-up")
     p.add_argument("--sim-gpu-gib", type=float, help="with --sim: the simulated GPU's memory (default: unknown)")
+    p.add_argument("--sim-warmup-s", type=float, default=0.0, help="with --sim: each server's start-up (/health 503)")
     p.add_argument("--health-timeout", type=float, default=1200.0, help="seconds to wait for every server")
     a = p.parse_args(argv)
     s = settings(a)
@@ -131,10 +132,11 @@ def main(argv: list[str] | None = None) -> None:
         last = i == len(phases) - 1
         with Procs(s.logs_dir) as procs:
             sizes = _sizes(s, protocol, servers, gib)
-            _start_servers(procs, s, protocol, servers, a, sizes)
-            screen = enqueue.run_steps(s, protocol, steps, plan_only=False, label=a.step is None)
+            screen = enqueue.run_steps(s, protocol, steps, plan_only=False, label=a.step is None)  # bad input: now
             assert screen is not None  # run_steps stamped the results root
-            codes = _supervise(procs, s, screen, servers, a, a.burst or not last, stop, sizes)  # hand-over: a burst
+            ready = _start_servers(procs, s, protocol, servers, a, sizes)
+            burst = a.burst or not last  # a phase that hands over to the next ends when its queues are empty
+            codes = _supervise(procs, s, screen, servers, a, burst, stop, sizes, ready)
         served |= {step for v in servers for step in v.steps}
         if any(codes):
             fail(f"worker exit codes {codes}: see {s.logs_dir}/client_s*_gpu*.log", code=1)
@@ -224,10 +226,11 @@ def _start_servers(
     servers: list[Server],
     a: argparse.Namespace,
     sizes: dict[tuple[int, ...], Sizing],
-) -> None:
-    """Every GPU's servers at once, with the options derived from the cores; return when all are healthy. Two
-    servers of one GPU start one after the other: vLLM sizes its KV cache from the GPU's free memory
-    while it profiles, which the other's start would change under it."""
+) -> Bringup:
+    """Every GPU's servers at once, with the options derived from the cores, in the background: each is handed
+    to the workers as it becomes healthy. Two servers of one GPU start one after the other (vLLM sizes its KV
+    cache from the GPU's free memory while it profiles, which the other's start would change under it); the
+    first one's workers run meanwhile (on the H200 the 8B idled 178 s while the 2B started)."""
     try:
         paths = {g: snapshot(protocol, g, a.sim) for g in {srv.steps for srv in servers}}
     except LocalEntryNotFoundError as e:  # not in the local cache: say how to get it
@@ -235,29 +238,41 @@ def _start_servers(
     known = None if a.sim else _flags_known(s.vllm)
     name = {v: log_name("vllm", log_tag(v, a.step, a.split), v) for v in servers}
     tuning = {v: _tuning(s, protocol, servers, v) for v in servers}
-    sim = ["--speed", str(a.sim_speed)] if a.sim else []
+    sim = ["--speed", str(a.sim_speed), "--warmup-s", str(a.sim_warmup_s)] if a.sim else []
     argv = {v: [*server_argv(s, protocol, v, paths[v.steps], a.sim, tuning[v], known, sizes[v.steps].max_seqs), *sim]
             for v in servers}  # fmt: skip
+    bring = Bringup(len(servers))
 
-    def bring_up(on_gpu: list[Server]) -> list[tuple[Server, str]]:
+    def bring_up(on_gpu: list[Server]) -> None:
         for v in on_gpu:
             t0 = time.monotonic()
             procs.start(name[v], argv[v], env=server_env(v, a.sim, tuning[v]))
             if why := _wait_healthy(procs, name[v], v, a.health_timeout):
-                return [(v, why)]
+                bring.events.put((v, _explain(s.logs_dir / f"{name[v]}.log", why)))
+                return
             print(f"{v.name} healthy after {time.monotonic() - t0:.0f} s", flush=True)
-        return []
+            bring.events.put((v, None))
 
     what = {v: f"{protocol.steps[v.steps[0]].model} (steps {','.join(map(str, v.steps))})" for v in servers}
     print(f"starting {len(servers)} server(s): " + ", ".join(f"{v.name}={what[v]}@{v.url}" for v in servers))
-    gpus = [[v for v in servers if v.device == d] for d in dict.fromkeys(v.device for v in servers)]
-    with ThreadPoolExecutor(len(gpus)) as ex:
-        bad = [b for found in ex.map(bring_up, gpus) for b in found]
-    if bad:
-        for v, w in bad:
-            print(_explain(s.logs_dir / f"{name[v]}.log", w), file=sys.stderr)
-        raise SystemExit(1)
-    print("all servers healthy")
+    for d in dict.fromkeys(v.device for v in servers):
+        threading.Thread(target=bring_up, args=([v for v in servers if v.device == d],), daemon=True).start()
+    return bring
+
+
+class Bringup:
+    """Servers as they come up: (server, None) when healthy, (server, why) when it failed to start."""
+
+    def __init__(self, n: int) -> None:
+        self.events: queue.Queue[tuple[Server, str | None]] = queue.Queue()
+        self.pending = n
+
+    def take(self) -> list[tuple[Server, str | None]]:
+        out = []
+        while not self.events.empty():
+            out.append(self.events.get())
+        self.pending -= len(out)
+        return out
 
 
 def _supervise(
@@ -269,9 +284,11 @@ def _supervise(
     burst: bool,
     stop: threading.Event,
     sizes: dict[tuple[int, ...], Sizing],
+    ready: Bringup,
 ) -> list[int]:
-    """One worker per server, restarted when it dies, until the queues are empty (burst) or a signal;
-    then drain: no new jobs, in-flight forwards finish, rows written, jobs acknowledged."""
+    """Each server's workers from the moment it is healthy, restarted when they die, until the queues are empty
+    (burst) or a signal; then drain: no new jobs, in-flight forwards finish, rows written, jobs acknowledged.
+    A server that fails to start stops the launch (exit 1) once the running workers have drained."""
     host = socket.gethostname()
     common = ["--root", str(s.root), "--results", str(s.results_dir), "--redis-url", s.redis_url]
 
@@ -286,26 +303,39 @@ def _supervise(
         return name, lambda: procs.start(name, wargv)
 
     sup = Supervisor(burst, lambda msg: print(msg, file=sys.stderr, flush=True))
-    for srv in servers:
-        for k in range(sizes[srv.steps].processes):
-            sup.add(*worker_starter(srv, k))
-    print(f"{len(sup.running())} worker(s) started; progress: pool-status --watch; logs in {s.logs_dir}")
-    served = sorted({step for v in servers for step in v.steps})
+    served: set[int] = set()  # steps of the servers up so far: step 3's queue does not restart idle 8B workers
+    failed: list[str] = []
 
     def work_left() -> bool:
         try:
-            return screen.busy(served)
+            return screen.busy(sorted(served))
         except AuthenticationError:
             raise
         except RedisError:  # Redis away: its work is still there
             return True
 
-    while not stop.is_set() and sup.step(work_left):
+    while not stop.is_set() and not failed:
+        for srv, why in ready.take():
+            if why is not None:
+                failed.append(why)
+                continue
+            served.update(srv.steps)
+            for k in range(sizes[srv.steps].processes):
+                sup.add(*worker_starter(srv, k))
+            print(f"{srv.name}: {sizes[srv.steps].processes} worker(s) started; progress: pool-status --watch; "
+                  f"logs in {s.logs_dir}", flush=True)  # fmt: skip
+            if not ready.pending:
+                print("all servers healthy")
+        if not sup.step(work_left) and not ready.pending:
+            break
         time.sleep(1)
     for proc in sup.running():
         proc.send_signal(signal.SIGTERM)
     for proc in sup.running():
         proc.wait()
+    if failed:
+        print("\n".join(failed), file=sys.stderr)
+        raise SystemExit(1)
     return sup.exit_codes()
 
 

@@ -244,13 +244,15 @@ def test_one_command_screens_every_step_on_one_gpu_and_a_step_launch_says_what_w
 
 def test_one_gpu_that_holds_both_models_serves_them_at_once(pool_root, redis_url):
     """`pool-launch --burst` on one GPU with room for both models' best batches (a simulated H200): one phase,
-    both servers on their shares, step 3's jobs taken as steps 1-2 chain them; every step complete with
-    the reference's verdicts."""
+    both servers on their shares, the 8B's workers at work while the 2B starts (each server takes 5 s to
+    start here), step 3's jobs taken as steps 1-2 chain them; every step complete with the reference's
+    verdicts."""
     from pool_queue.sim.reference import expected
 
     env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(free_port()),
            "WORKERS": "64"}  # fmt: skip
-    argv = [sys.executable, "-m", "pool_queue.commands.launch", "--sim", "--burst", "--sim-gpu-gib", "141"]
+    argv = [sys.executable, "-m", "pool_queue.commands.launch", "--sim", "--burst", "--sim-gpu-gib", "141",
+            "--sim-warmup-s", "5"]  # fmt: skip
     out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert ("1 GPU, every step, both models at once: steps 1,2 on Qwen/Qwen3-VL-8B-Instruct (GPU_UTIL 0.45) and "
@@ -260,8 +262,9 @@ def test_one_gpu_that_holds_both_models_serves_them_at_once(pool_root, redis_url
         "GPU_UTIL 0.4: 48 GiB of KV cache holds 68 prompts" in out.stdout
     )
     assert out.stdout.count("all servers healthy") == 1 and "starting 2 server(s): gpu0-s1-2=" in out.stdout
-    up = [line.split()[0] for line in out.stdout.splitlines() if " healthy after " in line]
-    assert up == ["gpu0-s1-2", "gpu0-s3"]  # one GPU's servers start one after the other
+    up = [line.split()[0] for line in out.stdout.splitlines() if " healthy" in line or "started;" in line]
+    assert up == ["gpu0-s1-2", "gpu0-s1-2:", "gpu0-s3", "gpu0-s3:", "all"], out.stdout  # one after the other,
+    # the 8B's workers started before the 2B is up
     cores = len(os.sched_getaffinity(0))  # steps 1-2 take half the cores, step 3 (CPU-bound) all of them
     assert re.search(rf"gpu0-s1-2 server options: .* \({max(1, cores // 2)} cores\)", out.stdout), out.stdout
     assert re.search(rf"gpu0-s3 server options: .* \({cores} cores\)", out.stdout), out.stdout
