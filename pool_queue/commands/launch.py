@@ -246,7 +246,10 @@ def _start_servers(
     def bring_up(on_gpu: list[Server]) -> None:
         for v in on_gpu:
             t0 = time.monotonic()
-            procs.start(name[v], argv[v], env=server_env(v, a.sim, tuning[v]))
+            with bring.lock:  # never after the launch closed: a server started then would outlive it
+                if bring.closed:
+                    return
+                procs.start(name[v], argv[v], env=server_env(v, a.sim, tuning[v]))
             if why := _wait_healthy(procs, name[v], v, a.health_timeout):
                 bring.events.put((v, _explain(s.logs_dir / f"{name[v]}.log", why)))
                 return
@@ -261,11 +264,18 @@ def _start_servers(
 
 
 class Bringup:
-    """Servers as they come up: (server, None) when healthy, (server, why) when it failed to start."""
+    """Servers as they come up: (server, None) when healthy, (server, why) when it failed to start. Once
+    `close`d (a signal, a failed start, the end) no further server is started."""
 
     def __init__(self, n: int) -> None:
         self.events: queue.Queue[tuple[Server, str | None]] = queue.Queue()
         self.pending = n
+        self.lock = threading.Lock()
+        self.closed = False
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
 
     def take(self) -> list[tuple[Server, str | None]]:
         out = []
@@ -329,6 +339,7 @@ def _supervise(
         if not sup.step(work_left) and not ready.pending:
             break
         time.sleep(1)
+    ready.close()
     for proc in sup.running():
         proc.send_signal(signal.SIGTERM)
     for proc in sup.running():

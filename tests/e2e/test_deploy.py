@@ -328,6 +328,24 @@ def test_launcher_restarts_a_worker_killed_mid_screen(pool_root, redis_url):
     assert "REMAINING_TOTAL=0" in out and store.winners(1).num_rows == 240
 
 
+def test_a_launch_stopped_while_its_servers_start_leaves_none_behind(pool_root, redis_url):
+    """SIGTERM while one GPU's servers come up one after the other (each takes 3 s here): the launch ends,
+    the started server is stopped and the next one is never started."""
+    port0 = free_port()
+    env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(port0)}
+    argv = [sys.executable, "-m", "pool_queue.commands.launch", "--sim", "--sim-gpu-gib", "141", "--sim-warmup-s", "3"]
+    launch = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert launch.stdout is not None
+    for line in launch.stdout:  # the 8B's server started, the 2B's waits for its health
+        if line.startswith("starting 2 server(s)"):
+            break
+    launch.send_signal(15)
+    out, err = launch.communicate(timeout=120)
+    assert "gpu0-s3 healthy" not in out, out + err[-2000:]
+    mine = subprocess.run(["pgrep", "-f", f"pool_queue.sim .*--port ({port0}|{port0 + 1}) "], capture_output=True)
+    assert mine.stdout == b"", "a simulated server outlived its launch"
+
+
 def test_launcher_explains_a_server_that_fails_to_start(pool_root, tmp_path, redis_url):
     fake = tmp_path / "vllm"
     fake.write_text(
