@@ -240,9 +240,9 @@ class Worker:
     def _start(self, lease: leases.Lease) -> None:
         """A claimed job counts its forwards in the backlog at once, so jobs that are first re-checked (after a
         recovery, most are settled) are claimed a few at a time, not by the hundred."""
-        job = lease.job.id
+        job, spec = lease.job.id, self.protocol.steps.get(lease.payload.step)  # an unknown step fails in the job
         self.active[job] = lease
-        self.reserved[job] = self.protocol.steps[lease.payload.step].n_orders * len(lease.payload.items)
+        self.reserved[job] = (spec.n_orders if spec else 1) * len(lease.payload.items)
         self.backlog += self.reserved[job]
         self.runs[job] = task = asyncio.create_task(self._run_job(lease))
         task.add_done_callback(partial(self._ended, job))
