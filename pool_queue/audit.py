@@ -108,6 +108,7 @@ def _scan(a: Audit, step: int, seg: Path, protocol: Protocol, advance: Callable[
                     f"{seg}: {len(line)} bytes at offset {pos} without an end of line "
                     "(a write cut by a crash; the row is not counted)",
                 )
+                pos += len(line)
                 break
             try:
                 row = Row.model_validate(orjson.loads(line))
@@ -124,7 +125,7 @@ def _scan(a: Audit, step: int, seg: Path, protocol: Protocol, advance: Callable[
             if pos - shown > 1 << 22:
                 advance(pos - shown)
                 shown = pos
-    advance(seg.stat().st_size - shown)
+    advance(pos - shown)  # the bytes read: a segment still being written never shows over 100 %
     if bad_orders:
         a.problem(
             f"step-{step} orders",
