@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from redis import Redis
 from rq import Queue, Retry
 from rq.exceptions import NoSuchJobError
+from rq.executions import Execution, ExecutionRegistry
 from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry
 from rq.serializers import JSONSerializer
@@ -177,6 +178,7 @@ class Screen:
         reg = FailedJobRegistry(queue=self.queue(step))
         ids = reg.get_job_ids()
         for jid in ids:
+            _drop_stale_executions(self.conn, jid)
             try:
                 reg.remove(jid, delete_job=True)
             except NoSuchJobError:
@@ -194,6 +196,19 @@ class Screen:
             if running or q.count or self.conn.llen(q.intermediate_queue_key):
                 return True
         return False
+
+
+def _drop_stale_executions(conn: Redis, job_id: str) -> None:
+    """Forget the executions of a job whose hashes Redis has already expired. A job's execution registry
+    keeps each entry a minute past its hash's TTL, and RQ's `Job.delete` fetches every entry it lists,
+    raising ValueError for one whose hash is gone: deleting a job that ran moments ago fails in that window."""
+    executions = ExecutionRegistry(job_id=job_id, connection=conn)
+    stale = [e for e in executions.get_execution_ids() if not conn.exists(Execution(e, job_id, conn).key)]
+    if stale:
+        with conn.pipeline() as p:
+            for e in stale:
+                executions.remove(Execution(e, job_id, conn), pipeline=p)
+            p.execute()
 
 
 def cuts(n: int, size: int, videos: Sequence[str] | None = None) -> list[tuple[int, int]]:

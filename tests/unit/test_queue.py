@@ -7,6 +7,7 @@ import json
 import zlib
 from pathlib import Path
 
+from rq.executions import Execution, ExecutionRegistry
 from rq.job import Job
 from rq.serializers import JSONSerializer
 from stack import make_screen
@@ -71,6 +72,23 @@ def test_failed_jobs_are_listed_with_their_reason_then_forgotten(screen: Screen)
     assert q.pending == [] and list(q.failed) == [held.job.id]
     assert "the server refused" in q.failed[held.job.id]
     assert screen.forget_failed(1) == 1 and screen.snapshot([1])[1].failed == {}
+    assert screen.enqueue_chunks(1, IDS[:4], 4) == 1
+
+
+def test_a_failed_job_whose_execution_expired_moments_ago_is_forgotten(screen: Screen) -> None:
+    """RQ keeps an execution's registry entry a minute past its hash's TTL; deleting the job in that
+    minute must not fail on the entry whose hash is gone."""
+    screen.enqueue_chunks(1, IDS[:4], 4)
+    held = lease.claim(screen, [screen.queue(1)], "w", 30)
+    assert held is not None
+    assert lease.fail(screen.conn, held, "RuntimeError: the server refused", "w", max_failures=1)
+    executions = ExecutionRegistry(job_id=held.job.id, connection=screen.conn)
+    with screen.conn.pipeline() as p:  # an entry whose hash has expired: listed, but not in Redis
+        executions.add(Execution("expired", held.job.id, screen.conn), ttl=30, pipeline=p)
+        p.execute()
+    assert "expired" in executions.get_execution_ids()
+    assert screen.forget_failed(1) == 1 and screen.snapshot([1])[1].failed == {}
+    assert not screen.conn.exists(held.job.key) and executions.get_execution_ids() == []
     assert screen.enqueue_chunks(1, IDS[:4], 4) == 1
 
 
