@@ -128,9 +128,10 @@ def test_a_results_disk_that_refuses_rows_holds_the_worker_and_loses_nothing(sta
 
 def test_redis_at_its_maxmemory_is_waited_out_and_named(stack):
     """Redis refusing writes (maxmemory, noeviction) mid-run: the workers wait with one line each and go
-    on when memory is raised; a one-off command names the condition in one line, exit 2."""
+    on when memory is raised; a one-off command that must write names the condition in one line, exit 2."""
     a = stack.sim("simA", "qwen3-vl-8b", "--max-num-seqs", "4", "--speed", "0.3")
-    stack.enqueue(1, chunk_size=8)
+    first = stack.enqueue(1, chunk_size=8, limit=120)  # the rest is left for the command below to enqueue
+    assert first.remaining > first.items > 0
     w = stack.worker("wa", a, "--steps", "1", env=FAST)
     wait_for(lambda: stack.raw_count(1) >= 40, 120, lambda: stack.log("wa"))
     stack.conn.config_set("maxmemory-policy", "noeviction")
@@ -141,6 +142,7 @@ def test_redis_at_its_maxmemory_is_waited_out_and_named(stack):
     time.sleep(3 * float(FAST["POOL_LEASE_S"]))  # longer than a lease: leases cannot be renewed, nor jobs rescued
     assert w.poll() is None
     stack.conn.config_set("maxmemory", 0)
+    assert stack.enqueue(1, chunk_size=8).items > 0  # what the refused command could not enqueue
     wait_for(lambda: len(stack.winners(1)) == len(expected(stack.root)[1]), 240, lambda: stack.log("wa"))
     log = stack.log("wa", 10**6)
     assert log.count("is at its maxmemory") == 1 and "is back after" in log and "Traceback" not in log, log[-3000:]
