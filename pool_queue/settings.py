@@ -89,6 +89,7 @@ class Settings(BaseSettings):
         default=3600.0, ge=0, description="how long a worker or pool-launch waits out a Redis outage"
     )
     wait_server_s: float = Field(default=3600.0, ge=0, description="how long a starting worker waits for its server")
+    wait_note_s: float = Field(default=60.0, gt=0, description="a worker's wait that lasts says so this often")
 
     @property
     def silent_bound_s(self) -> float:
@@ -142,7 +143,7 @@ class Settings(BaseSettings):
 
     @property
     def results_dir(self) -> Path:
-        return self.results if self.results is not None else self.root / "results" / "pool"
+        return self.results if self.results is not None else default_results(self.root)
 
     @property
     def logs_dir(self) -> Path:
@@ -170,8 +171,26 @@ def default_root() -> Path:
     return Path(".") if Path("items").is_dir() else Path("pool")
 
 
+def default_results(root: Path) -> Path:
+    """Where a root's rows go unless a results folder is named: the run package's layout."""
+    return root / "results" / "pool"
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Settings from env/.env with command-line overrides; flags left unset (None) do not override.
-    POOL_ENV_FILE names another env file ("" reads none: the test suite, so a demo's .env cannot leak in)."""
+    POOL_ENV_FILE names another env file ("" reads none: the test suite, so a demo's .env cannot leak in).
+
+    One root, one store: a results folder follows its root unless it is given at least as explicitly
+    (a flag over the environment over the `.env` file), so `--root B` never screens against the store
+    that a `.env` left for root A."""
     env_file = os.environ.get("POOL_ENV_FILE", ".env") or None
-    return Settings(_env_file=env_file, **{k: v for k, v in overrides.items() if v is not None})  # type: ignore[call-arg]
+    given = {k: v for k, v in overrides.items() if v is not None}
+    s = Settings(_env_file=env_file, **given)  # type: ignore[call-arg]
+    if s.results is not None and _explicitness("results", given) < _explicitness("root", given):
+        s = s.model_copy(update={"results": None})
+    return s
+
+
+def _explicitness(name: str, flags: dict[str, Any]) -> int:
+    """3 for a flag, 2 for the environment, 1 for the `.env` file or the default."""
+    return 3 if name in flags else 2 if f"POOL_{name.upper()}" in os.environ else 1

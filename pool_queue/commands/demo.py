@@ -30,7 +30,7 @@ from ..progress import console
 from ..protocol import Protocol
 from ..queue import Screen, screen_of
 from ..report import step_report
-from ..settings import load_settings
+from ..settings import default_results, load_settings
 from ..store import Store
 from ..synth import SynthConfig, generate
 from . import enqueue
@@ -161,7 +161,8 @@ def _point_env_here(root: Path, results: Path, redis_url: str) -> Path | None:
     env = Path(".env")
     if env.exists() and not env.read_text(errors="replace").startswith(ENV_MARK):
         return None
-    env.write_text(f"{ENV_MARK}POOL_ROOT={root.resolve()}\nPOOL_RESULTS={results.resolve()}\nREDIS_URL={redis_url}\n")
+    pinned = "" if results.resolve() == default_results(root).resolve() else f"POOL_RESULTS={results.resolve()}\n"
+    env.write_text(f"{ENV_MARK}POOL_ROOT={root.resolve()}\n{pinned}REDIS_URL={redis_url}\n")
     return env.resolve()
 
 

@@ -64,6 +64,22 @@ def test_settings_env_flags_and_secrets(monkeypatch, tmp_path):
     assert s.redis_kwargs() == {"password": "hunter2"}
 
 
+def test_a_root_decides_its_store_unless_the_results_are_named_as_explicitly(monkeypatch, tmp_path):
+    """A flag beats the environment beats the `.env` file; a results folder named less explicitly than the
+    root does not follow it to another root."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    (tmp_path / "demo.env").write_text(f"POOL_ROOT={a}\nPOOL_RESULTS={a}/results/pool\n")
+    monkeypatch.setenv("POOL_ENV_FILE", str(tmp_path / "demo.env"))
+    assert load_settings().results_dir == a / "results" / "pool"  # the .env alone
+    assert load_settings(root=b).results_dir == b / "results" / "pool"
+    monkeypatch.setenv("POOL_ROOT", str(b))
+    assert load_settings().results_dir == b / "results" / "pool"  # the environment over the .env
+    monkeypatch.setenv("POOL_RESULTS", str(tmp_path / "mine"))
+    assert load_settings().results_dir == tmp_path / "mine"  # both from the environment
+    assert load_settings(root=a).results_dir == a / "results" / "pool"
+    assert load_settings(root=a, results=tmp_path / "x").results_dir == tmp_path / "x"  # both flags
+
+
 def test_demo_runs_the_whole_screen(tmp_path, monkeypatch):
     """As a new user: the demo says where its Redis is and which commands work; afterwards the bare
     commands in that folder find the demo; its items/s are the report's."""
@@ -93,6 +109,13 @@ def test_demo_runs_the_whole_screen(tmp_path, monkeypatch):
         done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=120, cwd=tmp_path,
                               env=fresh)  # fmt: skip
         assert done.returncode == 0, (line, done.stderr[-2000:])
+    # another root in the folder that holds the demo's .env: its own store, never the demo's
+    assert "POOL_RESULTS" not in (tmp_path / ".env").read_text()
+    assert run("pool-synth", "fresh", "--items", "40", "--videos", "10").returncode == 0
+    plan = run("pool-enqueue", "--root", "fresh", "--step", "1", "--plan-only")
+    assert plan.returncode == 0 and "REMAINING_TOTAL=40" in plan.stdout, plan.stdout + plan.stderr
+    audit = run("pool-audit", "--root", "fresh")
+    assert audit.returncode == 0 and "PROBLEM" not in audit.stdout, audit.stdout + audit.stderr
     # its Redis is gone: the queue columns are unknown, the rows are not
     status = run("pool-status")
     assert status.returncode == 0, status.stderr
