@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable
@@ -32,14 +34,27 @@ def parser(prog: str, description: str) -> argparse.ArgumentParser:
 
 def settings(args: argparse.Namespace, **extra: object) -> Settings:
     """The settings in force; a bad value (flag, environment or .env) is one line naming it, exit 2."""
+    flags = {k: getattr(args, k) for k in ("root", "results", "redis_url", "protocol_file")}
     try:
-        return load_settings(
-            root=args.root, results=args.results, redis_url=args.redis_url, protocol_file=args.protocol_file, **extra
-        )
+        return load_settings(**flags, **extra)
     except ValidationError as e:
         first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"]) or "settings"
-        fail(f"setting {where}: {first['msg'].removeprefix('Value error, ')}")
+        where = ".".join(str(x) for x in first["loc"])
+        fail(f"setting {_as_given(where, {k for k, v in {**flags, **extra}.items() if v is not None})}: "
+             f"{first['msg'].removeprefix('Value error, ')}")  # fmt: skip
+
+
+def _as_given(loc: str, flags: set[str]) -> str:
+    """A bad setting by the name its user gave it: the flag, else the variable set in the environment
+    (REDIS_URL rather than its alias POOL_REDIS_URL), else the field's first name (a `.env` line)."""
+    for name, field in Settings.model_fields.items():
+        choices = getattr(field.validation_alias, "choices", None) or [f"POOL_{name.upper()}"]
+        if loc != name and loc not in choices:
+            continue
+        if name in flags:
+            return "--" + name.replace("_", "-")
+        return next((c for c in choices if isinstance(c, str) and c in os.environ), loc)
+    return loc or "settings"
 
 
 def fail(msg: str, code: int = 2) -> NoReturn:
@@ -59,6 +74,15 @@ def output_dir(path: Path, flag: str = "--out") -> Path:
     except OSError as e:
         raise SetupError(f"{flag} {path}: cannot write there ({e.strerror or e})") from None
     return path
+
+
+def exe(name: str) -> str:
+    """How to call one of our console scripts (or the venv's rq, duckdb) from here, as a printed line is
+    run: its bare name where this shell finds ours (an activated venv), else its path (a fresh shell)."""
+    ours = Path(sys.executable).parent / name
+    if shutil.which(name) == str(ours):
+        return name
+    return str(ours.relative_to(Path.cwd())) if ours.is_relative_to(Path.cwd()) else str(ours)
 
 
 def load_protocol(s: Settings) -> Protocol:

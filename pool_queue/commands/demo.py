@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import signal
 import sys
 import time
@@ -22,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..audit import run_audit
-from ..cli import fail, reports_errors
+from ..cli import exe, fail, reports_errors
 from ..items import ItemSet, load_items
 from ..plan import eligible
 from ..procs import Procs, free_port, wait_health
@@ -51,6 +50,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--videos", type=int, help=f"videos of a new pool (default {DEFAULT_SHAPE['videos']})")
     p.add_argument("--speed", type=float, default=4.0, help="simulated GPUs run this many times faster than an H200")
     p.add_argument("--fresh", action="store_true", help="start a new results root (keep the pool)")
+    p.add_argument(
+        "--progress-every", type=float, default=5.0, metavar="S", help="output not on a terminal: a line this often"
+    )
     a = p.parse_args(argv)
     con = Console()
     # Ctrl-C stops the demo wherever it was started: a shell starts background jobs with SIGINT ignored, and a
@@ -112,7 +114,7 @@ def _demo(a: argparse.Namespace, con: Console) -> None:
         screen = screen_of(store, Redis.from_url(redis_url))
         assert screen is not None  # the store was claimed above
         item_set = load_items(a.root / "items")
-        _watch(procs, protocol, screen, store, item_set, a.root / "frames" / "pool_frames", log_dir)
+        _watch(procs, protocol, screen, store, item_set, a.root / "frames" / "pool_frames", log_dir, a.progress_every)
     title = f"demo screen of {item_set.items.num_rows} items"
     t = Table("step", "done", "removed", "errors", "wall", "items/s", title=title)
     for s in sorted(protocol.steps):
@@ -130,10 +132,20 @@ def _demo(a: argparse.Namespace, con: Console) -> None:
 
 
 def _watch(
-    procs: Procs, protocol: Protocol, screen: Screen, store: Store, item_set: ItemSet, frames: Path, log_dir: Path
+    procs: Procs,
+    protocol: Protocol,
+    screen: Screen,
+    store: Store,
+    item_set: ItemSet,
+    frames: Path,
+    log_dir: Path,
+    every_s: float,
 ) -> None:
-    """Progress bars with ETA per step until the queues stay empty; a child that dies stops the demo."""
+    """Progress bars with ETA per step until the queues stay empty; a child that dies stops the demo. Into a
+    log or a pipe, where the bars show nothing until the end, a plain line every `every_s` instead."""
     items = item_set.items
+    plain = not console.is_terminal
+    t0 = said = time.monotonic()
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -147,9 +159,14 @@ def _watch(
         idle = 0
         while idle < 3:
             time.sleep(1.0)
+            counts = {}
             for s in tasks:
-                total = eligible(protocol, s, items, store, frames).num_rows
-                prog.update(tasks[s], total=total, completed=store.winners(s).num_rows)
+                counts[s] = store.winners(s).num_rows, eligible(protocol, s, items, store, frames).num_rows
+                prog.update(tasks[s], total=counts[s][1], completed=counts[s][0])
+            if plain and time.monotonic() - said >= every_s:
+                said = time.monotonic()
+                steps = ", ".join(f"step {s} {done:,}/{total:,}" for s, (done, total) in counts.items())
+                console.print(f"screening {duration(said - t0)}: {steps} done", highlight=False)
             for name, proc in procs.children.items():
                 if proc.poll() is not None:
                     raise SystemExit(f"{name} exited with {proc.returncode}: see {log_dir / (name + '.log')}")
@@ -164,15 +181,6 @@ def _point_env_here(root: Path, results: Path, redis_url: str) -> Path | None:
     pinned = "" if results.resolve() == default_results(root).resolve() else f"POOL_RESULTS={results.resolve()}\n"
     env.write_text(f"{ENV_MARK}POOL_ROOT={root.resolve()}\n{pinned}REDIS_URL={redis_url}\n")
     return env.resolve()
-
-
-def exe(name: str) -> str:
-    """How to call one of our console scripts from here, as written: its bare name where this shell finds
-    ours (an activated venv), else its path (a fresh shell after `make demo`)."""
-    ours = Path(sys.executable).parent / name
-    if shutil.which(name) == str(ours):
-        return name
-    return str(ours.relative_to(Path.cwd())) if ours.is_relative_to(Path.cwd()) else str(ours)
 
 
 def _commands(root: Path, results: Path, redis_url: str, env: Path | None, live: bool) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 import pyarrow.parquet as pq
 
-from ..cli import fail, load_protocol, output_dir, parser, reports_errors, settings
+from ..cli import exe, fail, load_protocol, output_dir, parser, reports_errors, settings
 from ..errors import SetupError
 from ..rows import ROW_SCHEMA, to_arrow
 from ..store import STAMP, Store
@@ -59,4 +59,4 @@ def main(argv: list[str] | None = None) -> None:
     for step, n in counts.items():
         print(f"step {step}: {n} rows -> {a.out}/{PARQUET}/step{step}.parquet, "
               f"{a.out}/results/pool/step{step}/step{step}.jsonl")  # fmt: skip
-    print(f"all steps as one table: duckdb -c \"select * from '{a.out}/{PARQUET}/*.parquet'\"")
+    print(f"all steps as one table: {exe('duckdb')} -c \"select * from '{a.out}/{PARQUET}/*.parquet'\"")

@@ -124,6 +124,9 @@ def test_demo_runs_the_whole_screen(tmp_path, monkeypatch):
     assert export.returncode == 0, export.stderr
     lines = (tmp_path / "export" / "results" / "pool" / "step1" / "step1.jsonl").read_text().splitlines()
     assert len(lines) == 150 and "export/parquet/step3.parquet" in export.stdout
+    query = export.stdout.split("all steps as one table: ", 1)[1].splitlines()[0]  # works as printed, in a new shell
+    done = subprocess.run(["bash", "-c", query], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=fresh)
+    assert done.returncode == 0 and "item_id" in done.stdout, (query, done.stderr[-2000:])
     _export_reads_as_one_table(tmp_path / "demo", tmp_path / "export")
     # streamed BATCH rows at a time, whatever the pool's size: a few rows a batch give the same export
     monkeypatch.setattr(export_command, "BATCH", 7)
@@ -201,11 +204,14 @@ def test_ctrl_c_during_step_3_then_the_demo_again_ends_with_every_step_complete(
     ],
 )
 def test_a_malformed_redis_url_is_one_line_and_exit_2(tmp_path, url, says):
-    out = subprocess.run(
-        [str(Path(sys.executable).parent / "pool-status"), "--root", str(tmp_path), "--redis-url", url],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    """One line, naming the setting as its user gave it: the flag, or the variable that was set."""
+    status = [str(Path(sys.executable).parent / "pool-status"), "--root", str(tmp_path)]
+    out = subprocess.run([*status, "--redis-url", url], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and says in out.stderr and out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith("error: setting --redis-url: "), out.stderr
+    for var in ("REDIS_URL", "POOL_REDIS_URL"):
+        out = subprocess.run(status, capture_output=True, text=True, timeout=60, env={**os.environ, var: url})
+        assert out.returncode == 2 and out.stderr.startswith(f"error: setting {var}: {url!r}"), out.stderr
 
 
 def test_a_root_that_does_not_exist_is_refused_and_nothing_is_written(tmp_path):
