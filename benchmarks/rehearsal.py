@@ -110,14 +110,15 @@ def run_child(argv: list[str], env: dict[str, str]) -> tuple[subprocess.Complete
 
 
 def proc_sample(pid: int) -> tuple[float, float] | None:
-    """(peak RSS MB, CPU s) of a live process from /proc; None once it is gone."""
+    """(peak RSS MB, CPU s) of a live process from /proc; None once it is gone, or going: an exiting
+    process (a zombie) still has a status file, without its memory lines."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
         stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    hwm = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:"))
-    return hwm / 1024, (int(stat[11]) + int(stat[12])) / TICK
+    hwm = [int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")]
+    return (hwm[0] / 1024, (int(stat[11]) + int(stat[12])) / TICK) if hwm else None
 
 
 def du_mb(path: Path) -> float:

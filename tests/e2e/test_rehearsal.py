@@ -4,14 +4,17 @@ recovery, a worker killed, report, audit, export, pack), ending complete and equ
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH))
-from rehearsal import Config, run_rehearsal  # noqa: E402
+from rehearsal import Config, proc_sample, run_rehearsal  # noqa: E402
 
 from pool_queue.items import load_items  # noqa: E402
 from pool_queue.protocol import Protocol  # noqa: E402
@@ -45,3 +48,16 @@ def test_a_small_rehearsal_runs_every_stage_and_lands_exactly(tmp_path: Path) ->
         assert {k: (r["status"], r["removed"]) for k, r in got.items()} == {k: ("ok", v[0]) for k, v in want.items()}
     exported = pq.read_table(tmp_path / "export" / "parquet" / "step1.parquet", columns=["item_id"])
     assert exported.num_rows == 3000
+
+
+def test_a_process_sampled_as_it_exits_counts_as_gone() -> None:
+    """An exiting process (a zombie) still has /proc/PID/status, without its memory lines."""
+    live = proc_sample(os.getpid())
+    assert live is not None and live[0] > 0 and live[1] > 0
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    stat = Path(f"/proc/{child.pid}/stat")
+    while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":  # exited, not yet reaped
+        time.sleep(0.01)
+    assert proc_sample(child.pid) is None
+    child.wait()
+    assert proc_sample(child.pid) is None
