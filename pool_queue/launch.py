@@ -26,8 +26,8 @@ from .errors import SetupError
 from .protocol import Protocol
 from .settings import Settings
 from .sizing import FALLBACK_SEQS
+from .sizing import MAX_MODEL_LEN as MAX_MODEL_LEN  # the server's limit: the simulator refuses what vLLM does
 
-MAX_MODEL_LEN = 8192  # step 3: 32 x 196 tokens for square 448-px frames, + text
 MAX_PIXELS = 448 * 448  # the processor never upsizes a protocol frame past 448 x 448
 # Prefill budget per engine step: a model whose requests carry many images gets twice the tokens
 # (step 3's 32 images: 6.0 -> 6.9 req/s, measured).
@@ -154,14 +154,8 @@ def plan_servers(
     on 3 GPUs and its second (step 3) on 1."""
     groups = protocol.model_groups()
     if split:
-        try:
-            counts = [int(x) for x in split.split("+")]
-        except ValueError:
-            counts = []
-        if len(counts) != len(groups):
-            want = "+".join(f"<GPUs for steps {','.join(map(str, g))}>" for g in groups)
-            raise SetupError(f"--split {split!r}: expected {want}, e.g. 3+1")
-        if min(counts) < 0 or sum(counts) == 0 or sum(counts) > len(devices):
+        counts = split_counts(protocol, split)
+        if sum(counts) > len(devices):
             raise SetupError(f"--split {split}: {sum(counts)} GPUs asked, {len(devices)} available")
         plan = [g for g, n in zip(groups, counts, strict=True) for _ in range(n)]
     else:
@@ -169,6 +163,18 @@ def plan_servers(
             raise SetupError("give --step N or --split A+B")
         plan = [protocol.model_group(step)] * len(devices)
     return [Server(i, d, g, s.port0 + i) for i, (d, g) in enumerate(zip(devices, plan, strict=False))]
+
+
+def split_counts(protocol: Protocol, split: str) -> list[int]:
+    """`--split A+B` as GPUs per model group, checked without looking at the GPUs (so `--plan-only` refuses
+    what a launch would): one count per group, none negative, at least one GPU in all."""
+    groups = protocol.model_groups()
+    parts = split.split("+")
+    counts = [int(x) for x in parts if x.strip().isdigit()]
+    if len(counts) != len(parts) or len(counts) != len(groups) or sum(counts) == 0:
+        want = "+".join(f"<GPUs for steps {','.join(map(str, g))}>" for g in groups)
+        raise SetupError(f"--split {split!r}: expected {want}, at least one GPU in all, e.g. 3+1")
+    return counts
 
 
 def plan_phases(

@@ -11,6 +11,10 @@ twice the batch in flight for short prompts (the server always has queued work) 
 ones, spread over worker processes of at most `PER_PROCESS` each: in pool-launch on an H200, one process
 of 512 kept steps 1-2 76 % busy, four of 128 84 % (h200.md, 2026-12-04). MAX_SEQS and WORKERS set by
 the user win.
+
+A GPU too small for the model is named before anything starts: a KV cache that cannot hold one sequence of
+MAX_MODEL_LEN tokens is refused (vLLM would not start), one that holds fewer than MIN_SEQS prompts twice
+over is warned about (the screen runs, at a small fraction of its speed).
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ TEXT_TOKENS = 330  # step 2's question + options + the prefilled answer (step 1'
 FRAME_TOKENS = 196  # one 448 x 448 frame after Qwen3-VL's 2 x 2 merge (a 448 x 252 one is 112)
 CAP = {"few images": 256, "many images": 64}  # the best measured on the H200 (h200.md)
 FALLBACK_SEQS = 64  # the run package's value, when the GPU's memory cannot be read
+MIN_SEQS = 8  # the smallest batch a server is given
+MAX_MODEL_LEN = 8192  # step 3: 32 x 196 tokens for square 448-px frames, + text
+HIGH_UTIL = 0.95  # the GPU_UTIL a refusal may suggest: vLLM's own default is 0.9
 PER_PROCESS = 128  # forwards in flight per worker process for short prompts (one event loop's share)
 
 
@@ -41,6 +48,8 @@ class Sizing:
     inflight: int  # per server, over its worker processes
     processes: int  # worker processes per server
     why: str  # one line: what was chosen and from what
+    warning: str | None = None  # the model fits, with room for only a small batch
+    refusal: str | None = None  # the model does not fit with one full-length sequence: vLLM would not start
 
     @property
     def per_process(self) -> int:
@@ -69,22 +78,48 @@ def size(
     the batch's prompts fit the KV cache `copies` times over."""
     tokens, many = prompt_tokens(protocol, steps), many_images(protocol, steps)
     cap = CAP["many images" if many else "few images"]
+    kv_gib = None if gpu_gib is None else _kv_room(protocol, steps, gpu_gib, gpu_util)
+    fits = 0 if kv_gib is None else max(0, int(kv_gib * GIB / (tokens * _kv_bytes(protocol, steps))))
     if max_seqs is not None:
         seqs, why = max_seqs, "MAX_SEQS as set"
-    elif gpu_gib is None:
+    elif gpu_gib is None or kv_gib is None:
         seqs, why = min(cap, FALLBACK_SEQS), "GPU memory unknown: the run package's MAX_SEQS"
     else:
-        kv_gib = gpu_gib * gpu_util - _weights_gib(protocol, steps) - OVERHEAD_GIB
-        fits = max(0, int(kv_gib * GIB / (tokens * _kv_bytes(protocol, steps))))
-        seqs = max(8, min(cap, _pow2_floor(fits // copies)))
-        why = (f"{gpu_gib:.0f} GiB GPU at GPU_UTIL {gpu_util:g}: {max(kv_gib, 0):.0f} GiB of KV cache holds {fits:,} "
-               f"prompts of ~{tokens:,} tokens; measured best batch {cap}")  # fmt: skip
+        seqs = max(MIN_SEQS, min(cap, _pow2_floor(fits // copies)))
+        why = (f"{gpu_gib:.0f} GiB GPU at GPU_UTIL {gpu_util:g}: {max(kv_gib, 0):.1f} GiB of KV cache holds "
+               f"{fits:,} prompts of ~{tokens:,} tokens; measured best batch {cap}")  # fmt: skip
     flight = workers if workers is not None else (seqs if many else 2 * seqs)
     how = "WORKERS as set" if workers is not None else ("1 x" if many else "2 x") + " MAX_SEQS"
     procs = 1 if many else max(1, -(-flight // PER_PROCESS))
     spread = f"{procs} worker processes x {-(-flight // procs)}" if procs > 1 else "1 worker process"
     line = f"steps {','.join(map(str, steps))}: MAX_SEQS {seqs}, {flight} in flight per server ({how}; {spread}); {why}"
-    return Sizing(seqs, flight, procs, line)
+    warning = refusal = None
+    if gpu_gib is not None and kv_gib is not None:
+        head = f"steps {','.join(map(str, steps))}: {_budget(protocol, steps, gpu_gib, gpu_util, kv_gib)}"
+        need = MAX_MODEL_LEN * _kv_bytes(protocol, steps) / GIB
+        if kv_gib < need:
+            higher = _kv_room(protocol, steps, gpu_gib, HIGH_UTIL)
+            raise_util = gpu_util < HIGH_UTIL and higher >= need
+            hint = f"GPU_UTIL={HIGH_UTIL:g} leaves {higher:.1f} GiB, or " if raise_util else "use "
+            refusal = (f"{head}, less than the {need:.1f} GiB that one {MAX_MODEL_LEN:,}-token sequence needs, so "
+                       f"vLLM would not start; {hint}a GPU with more memory")  # fmt: skip
+        elif fits < copies * MIN_SEQS:
+            warning = (f"{head}: room for {fits:,} prompts of ~{tokens:,} tokens, where a batch of {MIN_SEQS} "
+                       f"wants {copies * MIN_SEQS:,}; the screen runs, slowly (best batch: {cap})")  # fmt: skip
+    return Sizing(seqs, flight, procs, line, warning, refusal)
+
+
+def _kv_room(protocol: Protocol, steps: tuple[int, ...], gpu_gib: float, gpu_util: float) -> float:
+    """GiB left for the KV cache beside the weights and OVERHEAD_GIB (negative: the model does not fit)."""
+    return gpu_gib * gpu_util - _weights_gib(protocol, steps) - OVERHEAD_GIB
+
+
+def _budget(protocol: Protocol, steps: tuple[int, ...], gpu_gib: float, gpu_util: float, kv_gib: float) -> str:
+    """Where a GPU's memory goes, in words: its share, the weights, the overhead and the KV cache left."""
+    model = protocol.steps[steps[0]].model
+    return (f"the GPU's {gpu_gib:.1f} GiB at GPU_UTIL {gpu_util:g} give {gpu_gib * gpu_util:.1f} GiB; {model}'s "
+            f"weights take {_weights_gib(protocol, steps):.1f} GiB and ~{OVERHEAD_GIB:.0f} GiB goes to activations, "
+            f"leaving {max(kv_gib, 0):.1f} GiB of KV cache")  # fmt: skip
 
 
 def coserve(protocol: Protocol, gpu_gib: float | None, gpu_util: float) -> dict[tuple[int, ...], float] | None:

@@ -43,6 +43,7 @@ from ..launch import (
     server_argv,
     server_env,
     snapshot,
+    split_counts,
     vllm_flags,
 )
 from ..procs import Procs, wait_health
@@ -104,6 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     s = settings(a)
     protocol = load_protocol(s)
+    _check_args(a, protocol)
     steps = [a.step] if a.step else sorted(protocol.steps)  # a split or the whole screen: every step
     if a.plan_only:
         enqueue.run_steps(s, protocol, steps, plan_only=True, label=a.step is None)
@@ -114,6 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     gib = a.sim_gpu_gib if a.sim else gpu_memory_gib(found[0])
     shares = None if a.step or a.split else coserve(protocol, gib, s.gpu_util)
     phases = plan_phases(s, protocol, a.step, a.split, found, shares)
+    sizes = [_sizes(s, protocol, servers, gib) for servers in phases]  # a GPU too small: refused before any start
     _wait_redis(s)  # before any server starts: a node job resubmitted during a Redis restart waits, as workers do
     if a.step is None and not a.split:
 
@@ -128,15 +131,16 @@ def main(argv: list[str] | None = None) -> None:
     stop = _stop_on_signals()
     served: set[int] = set()
     screen: Screen | None = None
-    for i, servers in enumerate(phases):
+    for i, (servers, sized) in enumerate(zip(phases, sizes, strict=True)):
         last = i == len(phases) - 1
         with Procs(s.logs_dir) as procs:
-            sizes = _sizes(s, protocol, servers, gib)
+            for sz in sized.values():
+                print(sz.why)
             screen = enqueue.run_steps(s, protocol, steps, plan_only=False, label=a.step is None)  # bad input: now
             assert screen is not None  # run_steps stamped the results root
-            ready = _start_servers(procs, s, protocol, servers, a, sizes)
+            ready = _start_servers(procs, s, protocol, servers, a, sized)
             burst = a.burst or not last  # a phase that hands over to the next ends when its queues are empty
-            codes = _supervise(procs, s, screen, servers, a, burst, stop, sizes, ready)
+            codes = _supervise(procs, s, screen, servers, a, burst, stop, sized, ready)
         served |= {step for v in servers for step in v.steps}
         if any(codes):
             fail(f"worker exit codes {codes}: see {s.logs_dir}/client_s*_gpu*.log", code=1)
@@ -145,6 +149,20 @@ def main(argv: list[str] | None = None) -> None:
     enqueue.run_steps(s, protocol, steps, plan_only=True, label=a.step is None)
     if screen is not None:
         _say_what_waits(protocol, screen, served)
+
+
+def _check_args(a: argparse.Namespace, protocol: Protocol) -> None:
+    """Every flag checked before anything is planned, with or without --plan-only: one line, exit 2."""
+    if a.step is not None and a.split:
+        fail("give --step N or --split A+B, not both")
+    if a.split:
+        split_counts(protocol, a.split)
+    for flag, value in (("--sim-speed", a.sim_speed), ("--sim-gpu-gib", a.sim_gpu_gib),
+                        ("--health-timeout", a.health_timeout)):  # fmt: skip
+        if value is not None and not value > 0:
+            fail(f"{flag} {value:g}: must be above 0")
+    if not a.sim_warmup_s >= 0:
+        fail(f"--sim-warmup-s {a.sim_warmup_s:g}: must be 0 or more")
 
 
 def _wait_redis(s: Settings) -> None:
@@ -193,14 +211,19 @@ def _stop_on_signals() -> threading.Event:
 
 def _sizes(s: Settings, protocol: Protocol, servers: list[Server], gib: float | None) -> dict[tuple[int, ...], Sizing]:
     """Batch and in-flight sizes per model group from the GPU's memory (`sizing.size`; a share of it when the
-    models share the GPU, where step 3's batch needs its KV cache once: `sizing.coserve`), one line each."""
+    models share the GPU, where step 3's batch needs its KV cache once: `sizing.coserve`). A GPU that cannot
+    hold the model and one sequence is refused (one line, exit 2); one with room for only a small batch is
+    warned about, one line each."""
     out = {
         v.steps: size(protocol, v.steps, gib, v.util or s.gpu_util, s.max_seqs, s.workers,
                       copies=1 if v.util and many_images(protocol, v.steps) else 2)
         for v in {v.steps: v for v in servers}.values()
     }  # fmt: skip
     for sz in out.values():
-        print(sz.why)
+        if sz.refusal:
+            fail(sz.refusal)
+        if sz.warning:
+            print(f"warning: {sz.warning}", file=sys.stderr, flush=True)
     return out
 
 

@@ -446,3 +446,47 @@ def test_the_servers_image_limit_follows_the_protocol(tmp_path):
     assert json.loads(argv[argv.index("--limit-mm-per-prompt") + 1]) == {"image": 48, "video": 0}
     argv = server_argv(load_settings(), P, Server(0, "0", (1, 2), 8001), "/snap", False, Tuning.for_cores(16))
     assert json.loads(argv[argv.index("--limit-mm-per-prompt") + 1]) == {"image": 1, "video": 0}
+
+
+@pytest.mark.parametrize(
+    ("args", "want"),
+    [
+        (["--split", "abc"], "--split 'abc': expected <GPUs for steps 1,2>+<GPUs for steps 3>"),
+        (["--split", "3+-1"], "--split '3+-1': expected"),
+        (["--split", "0+0"], "at least one GPU in all"),
+        (["--step", "1", "--split", "1+1"], "give --step N or --split A+B, not both"),
+        (["--sim", "--sim-gpu-gib", "0"], "--sim-gpu-gib 0: must be above 0"),
+        (["--health-timeout", "-5"], "--health-timeout -5: must be above 0"),
+    ],
+)
+@pytest.mark.parametrize("plan_only", [False, True])
+def test_a_bad_flag_is_refused_the_same_with_or_without_plan_only(pool_root, args, want, plan_only):
+    """Checked before any plan: one line, exit 2, and nothing enqueued or started (no Redis is even named)."""
+    env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0", "NGPU": "4"}
+    argv = [sys.executable, "-m", "pool_queue.commands.launch", "--sim", *args, *(["--plan-only"] * plan_only)]
+    before = sorted(pool_root.rglob("*"))
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and want in out.stderr, out.stderr
+    assert out.stdout == "" and sorted(pool_root.rglob("*")) == before
+
+
+def test_a_gpu_too_small_for_the_8b_is_refused_before_any_server_and_a_small_one_is_warned_about(
+    pool_root, redis_url
+):
+    """24 GiB at GPU_UTIL 0.85 leave the 8B no KV cache: one line naming the memory, the weights and what is
+    left, exit 2, no server started. 16 GiB hold the 2B with a small KV cache: a warning, and step 3 runs."""
+    env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(free_port())}
+    launch = [sys.executable, "-m", "pool_queue.commands.launch", "--sim", "--burst"]
+    small = subprocess.run([*launch, "--sim-gpu-gib", "24"], env=env, capture_output=True, text=True, timeout=120)
+    assert small.returncode == 2 and small.stderr.count("\n") == 1, small.stderr
+    assert small.stderr.startswith("error: steps 1,2: the GPU's 24.0 GiB at GPU_UTIL 0.85 give 20.4 GiB; "
+                                   "Qwen/Qwen3-VL-8B-Instruct's weights take 16.4 GiB"), small.stderr  # fmt: skip
+    assert "leaving 0.0 GiB of KV cache" in small.stderr and "GPU_UTIL=0.95 leaves 2.4 GiB" in small.stderr
+    assert not (pool_root / "logs").exists() or not list((pool_root / "logs").glob("vllm_*"))
+    step3 = subprocess.run([*launch, "--step", "3", "--sim-gpu-gib", "16"], env=env, capture_output=True, text=True,
+                           timeout=300)  # fmt: skip
+    assert step3.returncode == 0, step3.stderr[-3000:]
+    (warning,) = [line for line in step3.stderr.splitlines() if line.startswith("warning: ")]
+    assert "the GPU's 16.0 GiB at GPU_UTIL 0.85 give 13.6 GiB; Qwen/Qwen3-VL-2B-Instruct's weights take 4.4 GiB" in (
+        warning) and "leaving 5.2 GiB of KV cache: room for 7 prompts" in warning  # fmt: skip
+    assert "all servers healthy" in step3.stdout and "REMAINING_TOTAL=" in step3.stdout

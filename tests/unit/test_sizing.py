@@ -53,3 +53,29 @@ def test_one_gpu_serves_both_models_at_once_only_where_both_get_their_best_batch
     assert coserve(P, 140.4, 0.85) == {TEXT: 0.45, FRAMES: 0.4}
     assert coserve(P, 79.1, 0.85) is None and coserve(P, 31.7, 0.85) is None and coserve(P, None, 0.85) is None
     assert coserve(P, 140.4, 0.6) is None  # a lowered GPU_UTIL leaves the 8B too little: one after the other
+
+
+@pytest.mark.parametrize(
+    ("gib", "util", "refused", "warned"),
+    [
+        (16.0, 0.85, [TEXT], [FRAMES]),
+        (24.0, 0.85, [TEXT], []),  # 0.0 GiB left beside the 8B's 16.4 GiB of weights
+        (24.0, 0.95, [], []),  # 2.4 GiB: 33 prompts of steps 1-2, a batch of 16
+        (22.0, 0.85, [TEXT], [FRAMES]),
+        (31.7, 0.85, [], []),  # a 32 GB card: the run package's 32 for the 8B, 8 for step 3
+        (32.0, 0.85, [], []),
+        (140.4, 0.85, [], []),
+    ],
+)
+def test_a_gpu_that_cannot_hold_the_model_is_refused_and_one_with_a_small_kv_cache_is_warned_about(
+    gib, util, refused, warned
+):
+    for group in (TEXT, FRAMES):
+        sz = size(P, group, gib, util)
+        model = P.steps[group[0]].model
+        assert (sz.refusal is not None, sz.warning is not None) == (group in refused, group in warned), (group, sz)
+        for line in filter(None, (sz.refusal, sz.warning)):
+            assert f"the GPU's {gib:.1f} GiB at GPU_UTIL {util:g}" in line and f"{WEIGHTS_GIB[model]:.1f} GiB" in line
+            assert f"leaving {max(0.0, gib * util - WEIGHTS_GIB[model] - OVERHEAD_GIB):.1f} GiB of KV cache" in line
+    assert size(P, TEXT, None, 0.85).refusal is None  # memory unknown: nothing to judge by
+    assert size(P, TEXT, 24.0, 0.85, max_seqs=8).refusal is not None  # a smaller batch does not make room
