@@ -7,8 +7,10 @@ table, as column operations; the full rows are never read. `plots.py` draws from
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -21,6 +23,10 @@ MIN_FLAG_ITEMS = 20  # ... when it has at least this many items in the step
 MAX_ERROR_RATE = 0.001
 BORDER = 0.1  # |margin - threshold| within this is a borderline call
 EXAMPLES = 5
+IDLE_GAP_S = 10.0  # no item of the step answered for longer than this: a pause, not work
+# pool-launch names its workers `<host>-gpu<i>[-s<steps>][-w<k>]`, and each worker adds `.<host>.<random>`
+LAUNCHED = re.compile(r"(?P<host>.+)-(?P<gpu>gpu\d+(?:-s[\d-]+)?)(?:-w\d+)?\.(?P=host)\.[0-9a-f]{6}")
+UNIQUE_SUFFIX = re.compile(r"\.[0-9a-f]{6}$")
 
 
 @dataclass(frozen=True)
@@ -29,8 +35,8 @@ class StepReport:
     rows: pa.Table  # winners of items in the item table, with n_options
     done: int
     error_ids: list[str]
-    wall_s: float
-    per_server: list[tuple[str, int, float]]  # (server, items, wall seconds)
+    wall_s: float  # busy time (`busy_s`), not first start to last finish
+    per_gpu: list[tuple[str, str, int, float]]  # (GPU, its servers' URLs, items, busy seconds)
 
     @property
     def ok(self) -> pa.Table:
@@ -61,16 +67,49 @@ def step_report(step: int, store: Store, items: ItemSet) -> StepReport:
     final = store.settled(step)
     done = _count(pc.is_in(w.column("item_id"), value_set=final))
     errs = w.filter(pc.equal(w.column("status"), "error")).sort_by("item_id")
-    per_server = []
+    per_gpu = []
     if w.num_rows:
-        g = w.group_by("server").aggregate([("item_id", "count"), ("started_at", "min"), ("finished_at", "max")])
-        for srv, n, lo, hi in zip(*(g.column(c).to_pylist() for c in g.column_names[:4]), strict=True):
-            per_server.append((srv or "?", n, max(0.0, hi - lo)))
-        wall = pc.max(w.column("finished_at")).as_py() - pc.min(w.column("started_at")).as_py()
-    else:
-        wall = 0.0
-    per_server.sort()
-    return StepReport(step, w, done, errs.column("item_id").to_pylist(), wall, per_server)
+        gpus = _gpus(store, step, w)
+        of_row = pa.array([gpus[s] for s in w.column("segment").to_pylist()], pa.string())
+        for gpu in sorted(set(gpus.values())):
+            mine = w.filter(pc.equal(of_row, gpu))
+            servers = ", ".join(sorted(set(pc.fill_null(mine.column("server"), "?").to_pylist())))
+            per_gpu.append((gpu, servers, mine.num_rows, busy_s(mine)))
+    return StepReport(step, w, done, errs.column("item_id").to_pylist(), busy_s(w), per_gpu)
+
+
+def busy_s(rows: pa.Table) -> float:
+    """The seconds during which some item of these rows was being answered: the union of their
+    [started_at, finished_at] spans, where a gap of at most IDLE_GAP_S still counts as work (a worker
+    between two jobs) and a longer one does not (a stop and a resume, a server restart, a step waiting
+    for the previous step's survivors). Items per second over this time are the rate while working,
+    which first-start-to-last-finish would dilute by every pause."""
+    if not rows.num_rows:
+        return 0.0
+    lo = rows.column("started_at").to_numpy()
+    hi = rows.column("finished_at").to_numpy()
+    order = np.argsort(lo, kind="stable")
+    lo, hi = lo[order], np.maximum.accumulate(hi[order])  # hi[i]: the latest finish among the first i + 1
+    gaps = lo[1:] - hi[:-1]
+    return float(max(0.0, hi[-1] - lo[0] - gaps[gaps > IDLE_GAP_S].sum()))
+
+
+def _gpus(store: Store, step: int, w: pa.Table) -> dict[str, str]:
+    """Segment -> the GPU its worker fed, as the user names it. Each segment is one worker's, so one row
+    of each tells: a pool-launch worker is `<host> gpu<i>` whatever its port (a resume may serve the GPU
+    on another) and its process number; another worker is its name without the random suffix
+    (`--name`, or its server's host-port), on its host."""
+    t = w.select(["segment", "offset", "length"]).sort_by([("segment", "ascending"), ("offset", "ascending")])
+    seg = t.column("segment").combine_chunks()
+    first = np.ones(len(seg), dtype=bool)
+    first[1:] = pc.not_equal(seg.slice(1), seg.slice(0, len(seg) - 1)).to_numpy(zero_copy_only=False)
+    t = t.filter(pa.array(first))
+    out = {}
+    for s, row in zip(t.column("segment").to_pylist(), store.read_rows(step, t), strict=True):
+        name = str(row.get("worker") or row.get("server") or "?")
+        m = LAUNCHED.fullmatch(name)
+        out[s] = f"{m['host']} {m['gpu']}" if m else UNIQUE_SUFFIX.sub("", name)
+    return out
 
 
 def by_benchmark(rep: StepReport) -> list[tuple[str, int, int, dict[int, int]]]:
@@ -91,10 +130,9 @@ def by_benchmark(rep: StepReport) -> list[tuple[str, int, int, dict[int, int]]]:
 def flags(reps: dict[int, StepReport], protocol: Protocol) -> list[Flag]:
     out = []
     for step, rep in reps.items():
-        for bench, n, removed, _ in by_benchmark(rep):
-            rate = removed / n
-            if n >= MIN_FLAG_ITEMS and (rate <= EXTREME or rate >= 1 - EXTREME):
-                out.append(Flag(f"step {step}: {bench} removes {100 * rate:.1f} %", f"{removed} of {n} items"))
+        benches = [(b, n, r) for b, n, r, _ in by_benchmark(rep) if n >= MIN_FLAG_ITEMS]
+        out += _extremes(step, [x for x in benches if x[2] / x[1] <= EXTREME], low=True)
+        out += _extremes(step, [x for x in benches if x[2] / x[1] >= 1 - EXTREME], low=False)
         total = rep.rows.num_rows
         if total and rep.n_errors / total > MAX_ERROR_RATE:
             out.append(
@@ -110,6 +148,26 @@ def flags(reps: dict[int, StepReport], protocol: Protocol) -> list[Flag]:
             ids = ", ".join(bad.column("item_id").to_pylist()[:EXAMPLES])
             out.append(Flag(f"step {step}: {bad.num_rows} ok rows without {want} orders", f"e.g. {ids}"))
     return out
+
+
+def _extremes(step: int, benches: list[tuple[str, int, int]], low: bool) -> list[Flag]:
+    """One flag for the benchmarks of a step that remove ~0 % (`low`) or ~100 %: the benchmark itself when it
+    is one, else their count and the most extreme EXAMPLES (a screen that removes nothing, e.g. with dummy
+    weights, is one line per step, not one per benchmark)."""
+    if not benches:
+        return []
+
+    def say(b: str, n: int, r: int) -> str:
+        return f"{b} {100 * r / n:.1f} % ({r} of {n} items)"
+
+    if len(benches) == 1:
+        b, n, r = benches[0]
+        return [Flag(f"step {step}: {b} removes {100 * r / n:.1f} %", f"{r} of {n} items")]
+    worst = sorted(benches, key=lambda x: ((1 if low else -1) * x[2] / x[1], -x[1], x[0]))
+    more = len(worst) - EXAMPLES
+    shown = ", ".join(say(*x) for x in worst[:EXAMPLES]) + (f", and {more} more" if more > 0 else "")
+    bound = f"<= {100 * EXTREME:g} %" if low else f">= {100 * (1 - EXTREME):g} %"
+    return [Flag(f"step {step}: {len(benches)} benchmarks remove {bound} of their items", f"most extreme: {shown}")]
 
 
 def chance_floor(protocol: Protocol, option_counts: list[int]) -> list[tuple[int, int, float]]:

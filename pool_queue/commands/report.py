@@ -1,8 +1,9 @@
 """pool-report: write the screen's report (Markdown + PNG plots) into a report folder.
 
 The run package's return report (per step: items done, removed, error rows with examples, wall
-time and items/s per GPU), removal per benchmark x step with the option-count mix, sanity flags,
-and the trust section (chance floor, 4/4 vs 3/4, borderline items, picked letters, margins).
+time (busy time: `report.busy_s`) and items/s per GPU), removal per benchmark x step with the
+option-count mix, sanity flags, and the trust section (chance floor, 4/4 vs 3/4, borderline items,
+picked letters, margins).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ..protocol import Protocol
 from ..report import (
     BORDER,
     EXAMPLES,
+    IDLE_GAP_S,
     StepReport,
     all_steps,
     borderline,
@@ -66,13 +68,24 @@ def markdown(reps: dict[int, StepReport], items: ItemSet, protocol: Protocol, re
         rows[-1] += [rate, hits]
     head = ["step", "items done", "removed", "error rows", "example error ids", "wall", "items/s", "prefix-cache hits"]
     md += _table(head, rows)
-    md += ["Prefix-cache hits: vLLM's share of prompt tokens served from its cache (a video's items share frames).", ""]
-    rows = [
-        [s, srv, f"{n:,}", duration(w), f"{n / w:.1f}" if w else "-"]
-        for s, r in reps.items()
-        for srv, n, w in r.per_server
+    md += [
+        f"Wall: the time the step's items were being answered (the union of their start-to-finish spans); a stretch "
+        f"of more than {IDLE_GAP_S:g} s with none (a stop and a resume, a step waiting for the previous one's "
+        "survivors) is left out, so items/s is the rate while working.  ",
+        "Prefix-cache hits: vLLM's share of prompt tokens served from its cache (a video's items share frames).",
+        "",
     ]
-    md += ["Per GPU (one vLLM server each):", "", *_table(["step", "server", "items", "wall", "items/s"], rows)]
+    rows = [
+        [s, gpu, servers, f"{n:,}", duration(w), f"{n / w:.1f}" if w else "-"]
+        for s, r in reps.items()
+        for gpu, servers, n, w in r.per_gpu
+    ]
+    md += [
+        "Per GPU (a pool-launch GPU by its host and index, whatever port a resume served it on; another worker by "
+        "its name):",
+        "",
+        *_table(["step", "GPU", "servers", "items", "wall", "items/s"], rows),
+    ]
 
     md += ["## Sanity flags", ""]
     found = flags(reps, protocol)

@@ -148,3 +148,34 @@ def test_names_holding_pipes_or_line_breaks_stay_in_their_cell():
     assert row == "| Bench\\|mark with a break\\\\and a backslash | 3 |"
     odd = b"caf\xe9".decode("utf-8", "surrogateescape")
     assert _table(["x"], [[odd]])[2].encode("utf-8") == b"| caf\\\\xe9 |"  # renders as caf\\xe9
+
+
+def test_a_resumed_gpu_is_one_row_and_its_pause_is_not_wall_time(pool_root):
+    """node1's GPU 0 answers 40 items, the screen stops for an hour, and a resume serves the same GPU on
+    another port from another worker process; node2's GPU 0 has the same loopback URL as node1's first."""
+    items = items_of(pool_root)
+
+    def by(worker, server, its, t0):
+        rows = [row(it, 1, t=t0 + i) for i, it in enumerate(its)]  # one item a second, back to back
+        return [{**r, "worker": worker, "server": server} for r in rows]
+
+    write(pool_root, 1, by("node1-gpu0.node1.a1b2c3", "http://127.0.0.1:8001", items[:40], 1000.0), name="a")
+    write(pool_root, 1, by("node1-gpu0-w1.node1.d4e5f6", "http://127.0.0.1:8011", items[40:80], 4640.0), name="b")
+    write(pool_root, 1, by("node2-gpu0.node2.0a0b0c", "http://127.0.0.1:8001", items[80:100], 1000.0), name="c")
+    rep = all_steps(_store(pool_root), load_items(pool_root / "items"), P)[1]
+    assert rep.per_gpu == [
+        ("node1 gpu0", "http://127.0.0.1:8001, http://127.0.0.1:8011", 80, 80.0),
+        ("node2 gpu0", "http://127.0.0.1:8001", 20, 20.0),
+    ]
+    assert rep.wall_s == 80.0  # 1000-1041 and 4640-4680; not the 3,680 s from first start to last finish
+
+
+def test_a_screen_that_removes_nothing_flags_each_step_once(pool_root):
+    """12 benchmarks of 20 items, none removed (dummy weights): one line for the step, the count and the
+    most extreme five, not a line per benchmark."""
+    items = items_of(pool_root)
+    write(pool_root, 1, [row(it, 1, benchmark=f"Bench{i % 12:02d}") for i, it in enumerate(items)])
+    (flag,) = flags(all_steps(_store(pool_root), load_items(pool_root / "items"), P), P)
+    assert flag.what == "step 1: 12 benchmarks remove <= 1 % of their items"
+    shown = ", ".join(f"Bench{i:02d} 0.0 % (0 of 20 items)" for i in range(5))
+    assert flag.detail == f"most extreme: {shown}, and 7 more"
