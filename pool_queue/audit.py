@@ -105,8 +105,9 @@ def _scan(a: Audit, step: int, seg: Path, protocol: Protocol, advance: Callable[
             if not line.endswith(b"\n"):
                 a.problem(
                     "torn line",
-                    f"{seg}: {len(line)} bytes at offset {pos} without an end of line "
-                    "(a write cut by a crash; the row is not counted)",
+                    f"{seg}: {len(line)} bytes at offset {pos} without an end of line (a write cut short by a "
+                    "crash, or refused by the disk and not yet cut back by its worker, which does so once writes "
+                    f"work again; the row is not counted; with no worker left to cut it: truncate -s {pos} {seg})",
                 )
                 pos += len(line)
                 break

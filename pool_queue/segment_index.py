@@ -106,7 +106,13 @@ class SegmentIndex:
         key = f"{seg}:{at}"
         if key not in self._warned and time.time() - seg.stat().st_mtime > 30:
             self._warned.add(key)
-            log.warning("%s: skipping an incomplete last line (%d bytes at offset %d), left by a crash", seg, n, at)
+            log.warning(
+                "%s: skipping an incomplete last line (%d bytes at offset %d), left by a crash or a write the disk "
+                "refused",
+                seg,
+                n,
+                at,
+            )
 
     def _parse(self, seg_name: str, data: bytes, base: int) -> pa.Table:
         nl = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)

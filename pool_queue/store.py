@@ -10,8 +10,10 @@ time: per (step, item_id) an ok row beats an error row, and among equals the ear
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -27,6 +29,7 @@ from .rows import FINAL_ERRORS
 from .segment_index import INDEX_SCHEMA, SegmentIndex
 from .text import printable_tree
 
+log = logging.getLogger(__name__)
 STAMP = "PROTOCOL.json"
 MAX_ITEM_RUNS = 3  # a later run re-attempts transient error rows until an item has this many
 
@@ -41,6 +44,7 @@ class Store:
         self.fingerprint = fingerprint
         self._protocol = protocol
         self._index = SegmentIndex()
+        self.torn = TornTails()  # this process's failed writes whose partial line is still to be cut
 
     # ---- protocol stamp -------------------------------------------------------------------------
 
@@ -94,7 +98,7 @@ class Store:
 
     def writer(self, step: int, name: str) -> SegmentWriter:
         self.claim()
-        return SegmentWriter(self.step_dir(step), name)
+        return SegmentWriter(self.step_dir(step), name, self.torn)
 
     # ---- reading --------------------------------------------------------------------------------
 
@@ -178,14 +182,67 @@ class Store:
         return out
 
 
+class TornTails:
+    """Partial lines that failed writes left at the end of this process's segments because the disk refused
+    the cut-back too (a filesystem turned read-only mid-write). `repair` cuts each back to its last whole
+    line once writes work again: the worker calls it before it takes work. Whole lines of the failed batch
+    stay, as after a crash: another worker may already have read them and skipped their items."""
+
+    def __init__(self) -> None:
+        self._left: dict[Path, int] = {}  # segment -> where the failed batch began
+        self._lock = threading.Lock()
+
+    def __bool__(self) -> bool:
+        return bool(self._left)
+
+    def add(self, seg: Path, start: int, err: OSError) -> None:
+        with self._lock:
+            self._left.setdefault(seg, start)
+        log.warning(
+            "%s: a failed write's bytes from offset %d could not be cut back (%s); they are cut once writes work again",
+            seg,
+            start,
+            err.strerror or err,
+        )
+
+    def repair(self) -> bool:
+        """Cut what can be cut now; True when nothing is left."""
+        with self._lock:
+            for seg, start in list(self._left.items()):
+                try:
+                    _cut_to_last_line(seg, start)
+                except FileNotFoundError:
+                    pass  # moved away or removed: nothing left to cut here
+                except OSError:
+                    continue
+                del self._left[seg]
+            return not self._left
+
+
+def _cut_to_last_line(seg: Path, start: int) -> None:
+    fd = os.open(seg, os.O_RDWR)
+    try:
+        size = os.fstat(fd).st_size
+        tail = os.pread(fd, size - start, start) if size > start else b""
+        keep = start + tail.rfind(b"\n") + 1
+        if keep < size:
+            os.ftruncate(fd, keep)
+            os.fsync(fd)
+            log.warning("%s: cut a failed write's partial line (%d bytes at offset %d)", seg, size - keep, keep)
+    finally:
+        os.close(fd)
+
+
 class StoreWriteError(OSError):
     """Rows could not be put on disk (full, read-only or over a size limit): nothing of the batch is left
-    behind, and the job that made them must not be acknowledged."""
+    behind (or, where the disk refused the cut-back too, in `torn` to be cut before the worker takes work
+    again), and the job that made them must not be acknowledged."""
 
-    def __init__(self, err: OSError, folder: Path, nbytes: int) -> None:
+    def __init__(self, err: OSError, folder: Path, nbytes: int, torn: TornTails) -> None:
         super().__init__(err.errno, f"cannot write rows to {folder}: {err.strerror or err}")
         self.folder = folder
         self.nbytes = nbytes
+        self.torn = torn
 
 
 class SegmentWriter:
@@ -193,13 +250,16 @@ class SegmentWriter:
 
     Unbuffered: a failed write leaves nothing in a buffer to be flushed later, and the segment is cut
     back to its last whole batch, so no reader ever meets a torn line between two rows. After a failure
-    the next batch goes to a fresh segment (the old one may keep a torn tail if it could not be cut,
-    which readers skip at a segment's end)."""
+    the next batch goes to a fresh segment. A cut-back the disk refuses too leaves a partial last line,
+    which readers skip at a segment's end, until `torn.repair()` cuts it."""
 
-    def __init__(self, step_dir: Path, name: str) -> None:
+    def __init__(self, step_dir: Path, name: str, torn: TornTails | None = None) -> None:
         self.step_dir = step_dir
         self.safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+        self.torn = torn if torn is not None else TornTails()
         self._fd: int | None = None
+        # one batch at a time: a batch appended while another's failed write is cut back would be cut with it
+        self._lock = threading.Lock()
         self.path = step_dir  # set by _open
         with contextlib.suppress(OSError):  # a folder that refuses files: the first write says so
             self.path = self._open()
@@ -214,7 +274,10 @@ class SegmentWriter:
     def write(self, rows: list[dict[str, Any]]) -> None:
         if not rows:
             return
-        data = memoryview(b"".join(_line(r) for r in rows))
+        with self._lock:
+            self._write(memoryview(b"".join(_line(r) for r in rows)))
+
+    def _write(self, data: memoryview) -> None:
         size = len(data)
         try:
             if self._fd is None:
@@ -227,14 +290,22 @@ class SegmentWriter:
                     data = data[os.write(fd, data) :]
                 os.fsync(fd)
             except OSError:
-                with contextlib.suppress(OSError):
+                try:
                     os.ftruncate(fd, good)
-                self.close()
+                except OSError as cut:
+                    self.torn.add(self.path, good, cut)
+                self._drop()
                 raise
         except OSError as e:
-            raise StoreWriteError(e, self.step_dir, size) from e
+            raise StoreWriteError(e, self.step_dir, size, self.torn) from e
 
     def close(self) -> None:
+        """And a last try at the partial lines left, for a worker that stops while held."""
+        with self._lock:
+            self._drop()
+        self.torn.repair()
+
+    def _drop(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)

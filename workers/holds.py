@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pool_queue.store import StoreWriteError
+
 log = logging.getLogger(__name__)
 PROBE_MAX_BYTES = 4 << 20
 
@@ -59,7 +61,13 @@ class Holds:
         return "; ".join(h.why for h in self._on.values()) or None
 
 
-def can_write(folder: Path, nbytes: int, name: str) -> bool:
+def can_write(err: StoreWriteError, name: str) -> bool:
+    """Whether rows can be written again where `err` was refused, and the partial lines that refused
+    cut-backs left are cut (only then is the hold over: no torn tail outlives the outage)."""
+    return _fits(err.folder, err.nbytes, name) and err.torn.repair()
+
+
+def _fits(folder: Path, nbytes: int, name: str) -> bool:
     """Whether a file of `nbytes` can be written and synced in `folder` now (the rows that failed would fit)."""
     probe = folder / f".probe-{name}"
     try:

@@ -290,7 +290,7 @@ class Worker:
         except asyncio.CancelledError:  # handed back (a silent server): rows written so far stay
             await self._end(leases.give_back, self.conn, lease, False)
         except StoreWriteError as e:  # nothing of the batch is on disk; other workers run it, we wait
-            probe = partial(asyncio.to_thread, can_write, e.folder, e.nbytes, self.name)
+            probe = partial(asyncio.to_thread, can_write, e, self.name)
             if self.holds.begin("disk", str(e.strerror), f"rows can be written to {e.folder} again", probe):
                 self.hand_back()  # their rows could not be written either: their forwards would be lost
             self.last_error = str(e.strerror)

@@ -1,0 +1,126 @@
+"""A results disk that turns read-only in the middle of a batch's write (ext4's errors=remount-ro, an NFS
+export gone read-only): the first piece of the batch lands, then the disk refuses the rest and the
+cut-back too. Made without root from real parts: a file-size limit (RLIMIT_FSIZE) cuts the write after
+its first piece with EFBIG, and strace has the kernel refuse the worker's first ftruncate with EROFS (the
+cut-back), held a few seconds so that the test can make the disk refuse everything before the worker
+probes it. Once writes work again, the worker cuts its partial line before it takes work: no torn line,
+a clean audit, a packed root, and every step equal to the queue-free reference."""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import pytest
+from stack import FAST, Stack, cli, expected, running
+
+BIN = Path(sys.executable).parent
+CUT_DELAY_US = 15_000_000  # the refused cut-back is held this long: time to see the torn tail and shut the disk
+
+
+def wait_for(what: Callable[[], bool], timeout: float, why: Callable[[], str] = lambda: "") -> None:
+    deadline = time.monotonic() + timeout
+    while not what():
+        assert time.monotonic() < deadline, why()
+        time.sleep(0.05)
+
+
+def segments_of(stack: Stack, prefix: str, step: int = 1) -> list[Path]:
+    return [s for s in stack.store.segments(step) if s.name.startswith(f"seg-{prefix}.")]
+
+
+def rows_in(segs: list[Path]) -> int:
+    return sum(s.read_bytes().count(b"\n") for s in segs)
+
+
+def jobs_of(stack: Stack, prefix: str) -> int:
+    return sum(1 for j in running(stack).values() if (j.worker_name or "").startswith(prefix + "."))
+
+
+def writer_pid(seg: Path) -> int:
+    """The pid of the process that writes a segment (in its name: seg-<worker>-<host>-<pid>-<stamp>.jsonl)."""
+    m = re.search(rf"-{re.escape(socket.gethostname())}-(\d+)-", seg.name)
+    assert m, seg
+    return int(m.group(1))
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (apt-get install strace)")
+def test_a_disk_gone_read_only_mid_write_leaves_no_torn_line_once_writes_work_again(stack, tmp_path):
+    a = stack.sim("simA", "qwen3-vl-8b", "--max-num-seqs", "4", "--speed", "0.5")
+    stack.enqueue(1, chunk_size=8)
+    trace = tmp_path / "ftruncate.trace"
+    argv = ["strace", "-f", "--seccomp-bpf", "-qq", "-e", "signal=none", "-o", str(trace), "-e", "trace=ftruncate",
+            "-e", f"inject=ftruncate:error=EROFS:delay_exit={CUT_DELAY_US}:when=1",
+            sys.executable, "-m", "workers.main", "--server", a, "--name", "wdisk", "--steps", "1"]  # fmt: skip
+    # its log goes to a pipe, which no file-size limit touches
+    proc = subprocess.Popen(argv, env={**os.environ, **stack.env, **FAST}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    stack.procs.children["wdisk"] = proc
+    out: list[bytes] = []
+    threading.Thread(target=lambda: out.extend(iter(proc.stdout.readline, b"")), daemon=True).start()  # type: ignore[union-attr]
+    log = lambda: b"".join(out).decode(errors="replace")  # noqa: E731
+    wait_for(lambda: rows_in(segments_of(stack, "wdisk")) >= 16 and jobs_of(stack, "wdisk") > 0, 180, log)
+
+    worker = writer_pid(segments_of(stack, "wdisk")[0])  # strace's child
+    os.kill(worker, signal.SIGSTOP)  # between two writes: the segment holds whole, acknowledged batches
+    wait_for(lambda: Path(f"/proc/{worker}/stat").read_text().split(") ")[1][0] in "tT", 10)
+    [seg] = segments_of(stack, "wdisk")
+    kept = seg.read_bytes()
+    assert kept.endswith(b"\n")
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.prlimit(worker, resource.RLIMIT_FSIZE, (len(kept) + 200, hard))  # the next batch lands 200 bytes
+    os.kill(worker, signal.SIGCONT)
+    b = stack.sim("simB", "qwen3-vl-8b", "--speed", "2")
+    s2 = stack.sim("sim2", "qwen3-vl-2b", "--speed", "10")
+    stack.worker("wb", b, env=FAST)  # steps 1 and 2, and step 3 beside: the screen goes on without wdisk
+    stack.worker("w2", s2, env=FAST)
+
+    wait_for(lambda: seg.stat().st_size == len(kept) + 200, 120, log)  # the first piece, while the cut is held
+    resource.prlimit(worker, resource.RLIMIT_FSIZE, (1, hard))  # now the disk refuses every write
+    wait_for(lambda: "cannot write rows to" in log(), 2 * CUT_DELAY_US / 1e6, log)
+    wait_for(lambda: jobs_of(stack, "wdisk") == 0, 10, log)
+    time.sleep(3 * float(FAST["POOL_LEASE_S"]))  # held: it probes, writes nothing, takes nothing
+    torn = seg.read_bytes()
+    assert torn.startswith(kept) and len(torn) == len(kept) + 200 and not torn.endswith(b"\n")
+    assert all(b"\n" not in s.read_bytes() for s in segments_of(stack, "wdisk") if s != seg)  # no row lands
+    assert proc.poll() is None
+
+    resource.prlimit(worker, resource.RLIMIT_FSIZE, (soft, hard))  # writes work again
+    wait_for(lambda: "taking work again" in log(), 60, log)
+    want = expected(stack.root)
+    done = lambda: all(len(stack.winners(step)) == len(want[step]) for step in (1, 2, 3))  # noqa: E731
+    wait_for(done, 300, lambda: log() + stack.log("wb"))
+
+    text = log()
+    assert seg.read_bytes() == kept, "the partial line is cut, and nothing acknowledged before it is touched"
+    cut = text.index(f"cut a failed write's partial line (200 bytes at offset {len(kept)})")
+    assert cut < text.index("taking work again"), text  # cut before it took work
+    assert "File too large" in text and "could not be cut back (Read-only file system)" in text, text
+    assert "Traceback" not in text, text
+    refused = [int(n) for n in re.findall(r"ftruncate\(\d+, (\d+)\).*INJECTED", trace.read_text())]
+    assert refused.count(len(kept)) == 1 and set(refused) <= {len(kept), 0}, refused  # one cut-back of a piece
+    for step in (1, 2, 3):
+        got = stack.winners(step)
+        assert {k: (r["status"], r["removed"]) for k, r in got.items()} == {
+            k: ("ok", v[0]) for k, v in want[step].items()
+        }
+        for s in stack.store.segments(step):
+            data = s.read_bytes()
+            assert not data or data.endswith(b"\n"), s
+            for line in data.splitlines():
+                orjson.loads(line)
+    audit = cli(stack, str(BIN / "pool-audit"), "--complete")
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    pack = cli(stack, str(BIN / "pool-pack"), "--out", str(tmp_path / "packed"))
+    assert pack.returncode == 0 and list((tmp_path / "packed").glob("*.tar.gz")), pack.stdout + pack.stderr
