@@ -10,6 +10,7 @@ server, each charges the server's whole change: the rate stays right, the token 
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 QUERIES = "vllm:prefix_cache_queries_total"
 HITS = "vllm:prefix_cache_hits_total"
 DIR = "prefix_cache"
+log = logging.getLogger(__name__)
 _SAMPLE = re.compile(r"^(vllm:prefix_cache_(?:queries|hits)_total)(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$", re.M)
 
 
@@ -54,6 +56,7 @@ class Meter:
     path: Path
     tally: Tally
     last: tuple[float, float] | None = None
+    refused: bool = False  # the last write of the file failed (said once until one works)
 
     @classmethod
     def for_worker(cls, results_dir: Path, worker: str, server: str) -> Meter:
@@ -75,10 +78,19 @@ class Meter:
         self._save()
 
     def _save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(self.tally.model_dump_json())
-        os.replace(tmp, self.path)
+        """A statistic: a file the disk refuses is said once (as a write, not as the server's counters) and
+        written again at the next change; the sums stay in memory meanwhile."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(self.tally.model_dump_json())
+            os.replace(tmp, self.path)
+        except OSError as e:
+            if not self.refused:
+                log.warning("writing the prefix-cache counters to %s failed: %s", self.path, e.strerror or e)
+            self.refused = True
+        else:
+            self.refused = False
 
 
 def read(results_dir: Path) -> dict[int, StepCache]:
