@@ -24,6 +24,7 @@ from pool_queue.errors import ItemFailure, SetupError
 from pool_queue.rows import ErrorKind
 
 from .transport import SlimTransport
+from .waiting import Note, Stop, span
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +99,10 @@ class VLLMClient:
         max_attempts: int = 4,
         max_connections: int = 256,
         backoff_s: float = 0.5,
+        note_s: float = 60.0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.note_s = note_s  # a wait that lasts says so this often
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
         headers = {"Content-Type": "application/json"}
@@ -115,6 +118,7 @@ class VLLMClient:
         self._probe: asyncio.Task[bool] | None = None
         self.outage_s = 0.0  # time spent waiting for a down server
         self._down_since: float | None = None
+        self._down_note: Note
         self.retries = 0
         self._waiting = 0  # forwards sent (or waiting for /health) and not yet answered
         self._quiet_from = time.monotonic()  # the last answer, or when forwards began waiting after none
@@ -156,11 +160,14 @@ class VLLMClient:
         return await asyncio.shield(self._probe)
 
     async def wait_up(self, poll_s: float = 1.0) -> None:
-        """Wait until /health answers; an outage is logged and timed once, however many forwards wait."""
+        """Wait until /health answers; an outage is logged and timed once, however many forwards wait (and
+        said again once a minute: forwards wait here, their jobs go back once the server is silent too long)."""
         while not await self._server_up():
             if self._down_since is None:
                 self._down_since = time.monotonic()
+                self._down_note = Note(self.base_url, "its /health", "forwards wait, no item is charged", self.note_s)
                 log.warning("%s is down (/health fails): waiting for it; no item is charged", self.base_url)
+            self._down_note.tick()
             await asyncio.sleep(poll_s)
         if self._down_since is not None:
             took = time.monotonic() - self._down_since
@@ -168,15 +175,22 @@ class VLLMClient:
             self.outage_s += took
             log.warning("%s is back after %.0f s", self.base_url, took)
 
-    async def wait_first(self, limit_s: float, poll_s: float = 1.0) -> None:
-        """At start: wait up to `limit_s` for /health (vLLM takes minutes to load). A port that accepts the
-        connection but does not speak HTTP (a Redis port, say) fails at once: no wait would help."""
+    async def wait_first(self, limit_s: float, stop: Stop, poll_s: float = 1.0) -> None:
+        """At start: wait up to `limit_s` for /health (vLLM takes minutes to load), or until `stop`. A port
+        that accepts the connection but does not speak HTTP (a Redis port, say), or an HTTP server with no
+        /health at this URL, fails at once: no wait would help."""
         deadline = time.monotonic() + limit_s
+        note = Note(self.base_url, "the vLLM server (/health)", f"gives up after {span(limit_s)}", self.note_s)
         while True:
             try:
                 r = await self.http.get("/health", timeout=5.0)
                 if r.status_code == 200:
                     return
+                if r.status_code == 404:
+                    raise ServerMisconfigured(
+                        f"{self.base_url}/health answers HTTP 404: not a vLLM server's base URL "
+                        "(pass the server's http://HOST:PORT, which serves /health and /v1)"
+                    )
                 why = f"/health answers HTTP {r.status_code}"
             except (httpx.ConnectError, httpx.TimeoutException) as e:
                 why = f"nothing answers ({e})"
@@ -186,7 +200,8 @@ class VLLMClient:
                 ) from e
             if time.monotonic() >= deadline:
                 raise ServerUnreachable(f"no vLLM server ready at {self.base_url} within {limit_s:.0f} s: {why}")
-            await asyncio.sleep(poll_s)
+            note.tick()
+            await stop.sleep(poll_s)
 
     async def served_models(self) -> list[dict[str, Any]]:
         r = await self.http.get("/v1/models", timeout=15.0)

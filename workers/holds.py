@@ -16,6 +16,8 @@ from pathlib import Path
 
 from pool_queue.store import StoreWriteError
 
+from .waiting import Note
+
 log = logging.getLogger(__name__)
 PROBE_MAX_BYTES = 4 << 20
 
@@ -24,13 +26,14 @@ PROBE_MAX_BYTES = 4 << 20
 class _Hold:
     why: str
     back: str  # what is true again when it clears, said with how long it took
-    since: float
     probe: Callable[[], Awaitable[bool]]
+    note: Note  # said again once a minute while it lasts; its start is the hold's
 
 
 class Holds:
-    def __init__(self, who: str) -> None:
+    def __init__(self, who: str, note_s: float = 60.0) -> None:
         self.who = who
+        self.note_s = note_s
         self._on: dict[str, _Hold] = {}
 
     def __bool__(self) -> bool:
@@ -43,7 +46,7 @@ class Holds:
         """Start a hold (said once; a hold already on is left as it is). True when it is new."""
         if kind in self._on:
             return False
-        self._on[kind] = _Hold(why, back, time.monotonic(), probe)
+        self._on[kind] = _Hold(why, back, probe, Note(self.who, f"the hold to clear ({why})", "no bound", self.note_s))
         log.warning("%s: %s: its jobs go back to the queue; no new work until that clears", self.who, why)
         return True
 
@@ -52,8 +55,10 @@ class Holds:
         for kind, h in list(self._on.items()):
             if await h.probe():
                 del self._on[kind]
-                took = time.monotonic() - h.since
+                took = time.monotonic() - h.note.since
                 log.warning("%s: %s after %.0f s: taking work again", self.who, h.back, took)
+            else:
+                h.note.tick()
         return not self._on
 
     def describe(self) -> str | None:

@@ -9,6 +9,8 @@ import logging
 import sys
 from urllib.parse import urlsplit
 
+import redis
+
 from pool_queue.cli import fail, load_protocol, parser, reports_errors, settings
 from pool_queue.items import ItemSet, load_items
 from pool_queue.lease import Timing
@@ -23,6 +25,7 @@ from .client import ServerMisconfigured, VLLMClient
 from .redis_link import RedisLink
 from .runtime import Worker, unique_name
 from .serving import served_steps
+from .waiting import Stop, Stopped
 
 log = logging.getLogger(__name__)
 BURST_WAIT_S = 30.0
@@ -37,7 +40,23 @@ def bad_server_url(url: str) -> str | None:
         return f"--server {url}: bad port"
     if u.scheme not in ("http", "https") or not u.hostname or port == 0:
         return f"--server {url}: write the vLLM base URL as http://HOST:PORT"
+    if u.path.strip("/"):  # the client adds /health and /v1/...: a path here finds neither
+        return f"--server {url}: pass the server's base URL without a path: {u.scheme}://{u.netloc}"
     return None
+
+
+def check_redis_password(s: Settings) -> None:
+    """One quick PING before any wait: a refused password is named now (cli.reports_errors, exit 2), not
+    after the wait for the server; a Redis that does not answer yet is waited for later, as an outage."""
+    conn = redis.Redis.from_url(s.redis_url, socket_connect_timeout=1, socket_timeout=1, **s.redis_kwargs())
+    try:
+        conn.ping()
+    except redis.AuthenticationError:
+        raise
+    except redis.RedisError:
+        pass
+    finally:
+        conn.close()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -75,14 +94,23 @@ async def _main(argv: list[str] | None) -> int:
     # waiting suits a long-running worker, not a one-off run
     wait_server, wait_redis = (min(w, BURST_WAIT_S) if a.burst else w for w in (s.wait_server_s, s.wait_redis_s))
     protocol = load_protocol(s)
-    # the inputs first: a wrong root fails at once, before any wait for the server or any write
+    # the inputs and the password first: a wrong root or password fails at once, before any wait or write
     items = load_items(s.items_dir)
     store = Store(s.results_dir, protocol.fingerprint, protocol.model_dump(mode="json"))
     store.check_stamp()
+    check_redis_password(s)
+    stop = Stop()
+    stop.install()  # from here every wait ends on the first signal
     key = s.vllm_api_key.get_secret_value() if s.vllm_api_key else None
-    async with VLLMClient(server, key, s.request_timeout_s, s.max_attempts, backoff_s=s.retry_backoff_s) as client:
+    async with VLLMClient(
+        server, key, s.request_timeout_s, s.max_attempts, backoff_s=s.retry_backoff_s, note_s=s.wait_note_s
+    ) as client:
         log.info("waiting up to %.0f s for the vLLM server at %s (/health)", wait_server, server)
-        await client.wait_first(wait_server)
+        try:
+            await client.wait_first(wait_server, stop)
+        except Stopped:
+            log.info("stopped while waiting for the vLLM server at %s", server)
+            return 0
         steps = served_steps(protocol, await client.served_models(), a.allow_unpinned)
         if a.steps:
             wanted = [int(x) for x in a.steps.split(",")]
@@ -90,7 +118,7 @@ async def _main(argv: list[str] | None) -> int:
                 raise ServerMisconfigured(f"--steps {a.steps}: the server serves steps {steps} only")
             steps = wanted
         store.claim()
-        w = _worker(a, s, protocol, items, store, client, server, steps, wait_redis)
+        w = _worker(a, s, protocol, items, store, client, server, steps, wait_redis, stop)
         gc.collect()
         gc.freeze()  # start-up objects (the item table's Python side, modules) leave the collector's scans
         return await w.run(burst=a.burst)
@@ -106,11 +134,12 @@ def _worker(
     server: str,
     steps: list[int],
     wait_redis: float,
+    stop: Stop,
 ) -> Worker:
     inflight = a.inflight or s.workers or s.max_seqs or FALLBACK_SEQS  # pool-launch passes the derived size
     screen = screen_of(store, s.redis())
     assert screen is not None  # the store was just claimed
-    name = unique_name(server, a.name)
+    name = stop.who = unique_name(server, a.name)
     log.info(
         "%s: screen %s, steps %s via %s, %d in flight, %d items known",
         name, screen.id, steps, server, inflight, items.items.num_rows,
@@ -124,7 +153,8 @@ def _worker(
         store=store,
         frames_dir=s.frames_dir,
         screen=screen,
-        link=RedisLink(s.redis_where(), wait_redis, name),
+        link=RedisLink(s.redis_where(), wait_redis, name, s.wait_note_s),
+        stop=stop,
         timing=Timing(s.lease_s, s.heartbeat_s, s.rescue_s, s.job_max_failures),
         client=client,
         max_inflight=inflight,
@@ -133,6 +163,7 @@ def _worker(
         max_frame_pixels=s.max_frame_pixels,
         fault_items=s.fault_items,
         video_send=s.video_send,
+        note_s=s.wait_note_s,
     )
 
 

@@ -18,6 +18,8 @@ import redis
 
 from pool_queue.errors import SetupError
 
+from .waiting import Note, Stop, span
+
 T = TypeVar("T")
 FULL = "is at its maxmemory and refuses writes (OOM: raise maxmemory, see the README's Redis memory)"
 log = logging.getLogger(__name__)
@@ -30,11 +32,13 @@ class RedisGone(SetupError, RuntimeError):
 
 
 class RedisLink:
-    def __init__(self, where: str, wait_s: float, who: str) -> None:
+    def __init__(self, where: str, wait_s: float, who: str, note_s: float = 60.0) -> None:
         self.where = where
         self.wait_s = wait_s
         self.who = who
+        self.note_s = note_s
         self.down_since: float | None = None
+        self.note: Note | None = None  # the outage's once-a-minute line, whichever calls wait it out
         self.refused: set[object] = set()  # calls Redis refused at its maxmemory: only one of them through ends it
         # Its own threads: heartbeats must never queue behind frame encoding in the default executor,
         # or a busy step-3 worker misses its leases and its jobs are run twice.
@@ -47,8 +51,9 @@ class RedisLink:
     def up(self) -> bool:
         return self.down_since is None
 
-    async def call(self, fn: Callable[..., T], *args: object) -> T:
-        """`fn(*args)` in a thread, repeated while Redis is unreachable (up to `wait_s`)."""
+    async def call(self, fn: Callable[..., T], *args: object, stop: Stop | None = None) -> T:
+        """`fn(*args)` in a thread, repeated while Redis is unreachable (up to `wait_s`). A call that guards
+        no work in flight (taking a job, starting) passes `stop`: the first signal ends its wait (Stopped)."""
         pause = 0.2
         while True:
             try:
@@ -60,7 +65,9 @@ class RedisLink:
                 assert self.down_since is not None
                 if time.monotonic() - self.down_since > self.wait_s:
                     raise RedisGone(f"Redis at {self.where} did not answer for {self.wait_s:.0f} s: {e}") from e
-                await asyncio.sleep(pause)
+                assert self.note is not None
+                self.note.tick()
+                await (stop.sleep(pause) if stop is not None else asyncio.sleep(pause))
                 pause = min(2 * pause, 2.0)
                 continue
             self._up(fn)
@@ -83,6 +90,7 @@ class RedisLink:
             self.refused.add(fn)
         if self.down_since is None:
             self.down_since = time.monotonic()
+            self.note = Note(self.who, f"Redis at {self.where}", f"gives up after {span(self.wait_s)}", self.note_s)
             what = FULL if isinstance(e, redis.OutOfMemoryError) else f"unreachable ({type(e).__name__})"
             log.warning(
                 "%s: Redis at %s %s; in-flight work goes on, rows stay on disk; waiting up to %.0f s",

@@ -11,13 +11,10 @@ import asyncio
 import contextlib
 import logging
 import secrets
-import signal
 import socket
-import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,20 +40,12 @@ from .holds import Holds, can_write
 from .metrics import Metrics
 from .redis_link import RedisGone, RedisLink
 from .screen import Identity, Item, Screener, VideoSend
+from .upkeep import Counters
+from .waiting import Stop, Stopped
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 HOLD_PROBE_S = 2.0  # how often a held worker probes its server or its disk
-
-
-@dataclass
-class Counters:
-    items: int = 0
-    errors: int = 0
-    removed: int = 0
-    forwards: int = 0
-    jobs: int = 0
-    started: float = field(default_factory=time.monotonic)
 
 
 class Worker:
@@ -72,6 +61,7 @@ class Worker:
         frames_dir: Path,
         screen: Screen,
         link: RedisLink,
+        stop: Stop,
         timing: leases.Timing,
         client: VLLMClient,
         max_inflight: int,
@@ -81,6 +71,7 @@ class Worker:
         max_frame_pixels: int = DEFAULT_MAX_PIXELS,
         fault_items: frozenset[str] = frozenset(),
         video_send: VideoSend = "adjacent",
+        note_s: float = 60.0,
     ) -> None:
         self.name = name
         self.server = server
@@ -116,12 +107,13 @@ class Worker:
         self.active: dict[str, leases.Lease] = {}
         self.runs: dict[str, asyncio.Task[None]] = {}  # job id -> its task
         self.reserved: dict[str, int] = {}  # job id -> its forwards counted in the backlog before its items start
-        self.holds = Holds(name)
+        self.holds = Holds(name, note_s)
         self.backlog = 0  # forwards of claimed jobs not yet answered (or found settled)
         # Store reads (re-checks, follow-ups) are Arrow work over a whole step's index: one at a time, on one
         # thread. A pool of threads ran dozens at once after a recovery, each with its own copy (3x the RSS).
         self.reader = ThreadPoolExecutor(1, thread_name_prefix=f"{name[:10]}-store")
-        self.stopping = asyncio.Event()
+        self.stop = stop
+        stop.in_flight = lambda: len(self.runs)
         self.more = asyncio.Event()
         self.fatal: BaseException | None = None
         self.count = Counters()
@@ -145,15 +137,15 @@ class Worker:
     # ---- lifecycle ------------------------------------------------------------------------------
 
     async def run(self, burst: bool = False) -> int:
-        """Work until SIGTERM/SIGINT (or, with burst, until the queues are empty). Exit code."""
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._on_signal)
+        """Work until the stop (SIGTERM/SIGINT) or, with burst, until the queues are empty. Exit code."""
         try:
-            self.rq = await self.link.call(self._rq_worker)
+            self.rq = await self.link.call(self._rq_worker, stop=self.stop)
         except RedisGone as e:  # Redis not reached at start: a setting to fix (exit 2), not an outage to outlive
             log.error("%s: cannot start: %s (--wait-redis)", self.name, e)
             return 2
+        except Stopped:
+            log.info("%s: stopped while waiting for Redis at the start", self.name)
+            return 0
         if self.metrics_port is not None:
             port = self.metrics.serve(self.metrics_port)
             self.metrics_url = f"http://{socket.gethostname()}:{port}/metrics"
@@ -162,25 +154,25 @@ class Worker:
         side = upkeep.tasks(self)
         runs = self.runs
         try:
-            while not self.stopping.is_set():
+            while not self.stop.event.is_set():
                 if self.holds and not await self.holds.clear():
                     if burst and not runs and not await self._work_left():
                         break
-                    await _first(self.stopping.wait(), asyncio.sleep(HOLD_PROBE_S))
+                    await _first(self.stop.event.wait(), asyncio.sleep(HOLD_PROBE_S))
                     continue
                 if self.backlog >= 2 * self.max_inflight:
                     self.more.clear()
-                    await _first(self.more.wait(), self.stopping.wait())
+                    await _first(self.more.wait(), self.stop.event.wait())
                     continue
                 lease = await self._claim()
                 if lease is None:
                     if burst and not runs and not await self._work_left():
                         break
-                    await _first(self.stopping.wait(), asyncio.sleep(self.poll_s))
+                    await _first(self.stop.event.wait(), asyncio.sleep(self.poll_s))
                     continue
                 self._start(lease)
-            log.info("%s: stopping: finishing %d job(s) in flight", self.name, len(runs))
             if runs:  # each job ends its own lease: acknowledged, failed or given back
+                log.info("%s: stopping: finishing %d job(s) in flight", self.name, len(runs))
                 await asyncio.gather(*runs.values(), return_exceptions=True)
         finally:
             for t in side:
@@ -201,9 +193,13 @@ class Worker:
 
     async def _claim(self) -> leases.Lease | None:
         try:
-            return await self.link.call(leases.claim, self.screen, self.queues, self.name, self.timing.lease_s)
+            return await self.link.call(
+                leases.claim, self.screen, self.queues, self.name, self.timing.lease_s, stop=self.stop
+            )
         except RedisGone as e:
             self._stop(e)
+        except Stopped:  # nothing claimed: the loop sees the stop
+            pass
         except Exception as e:  # never let one odd job or reply end the worker
             log.exception("%s: taking a job failed; going on", self.name)
             self.last_error = f"claim: {type(e).__name__}: {e}"[:300]
@@ -212,20 +208,16 @@ class Worker:
     async def _work_left(self) -> bool:
         """Jobs of our queues waiting or held by other workers: a burst worker waits, their lease may expire."""
         try:
-            return await self.link.call(self.screen.busy, self.steps)
+            return await self.link.call(self.screen.busy, self.steps, stop=self.stop)
         except RedisGone as e:
             self._stop(e)
+            return False
+        except Stopped:
             return False
 
     def _stop(self, why: BaseException) -> None:
         self.fatal = why
-        self.stopping.set()
-
-    def _on_signal(self) -> None:
-        if self.stopping.is_set():
-            raise SystemExit(130)  # second signal: leave now, leases expire and jobs return
-        log.info("%s: signal received: no new jobs; finishing in-flight work", self.name)
-        self.stopping.set()
+        self.stop.event.set()
 
     def hand_back(self) -> None:
         """Give every running job back to the queue (each job's task does it as it is cancelled; the

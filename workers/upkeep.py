@@ -1,5 +1,9 @@
 """A worker's background duties beside its jobs: leases renewed, dead workers' jobs rescued, the server
-watched for silence, its prefix-cache counters read, progress logged and published for pool-status."""
+watched for silence, its prefix-cache counters read, progress logged and published for pool-status.
+
+The duties see the worker through `Tended`, the part of it they read and touch, so this module needs
+nothing of the job loop (`runtime`) that starts them.
+"""
 
 from __future__ import annotations
 
@@ -9,25 +13,73 @@ import os
 import socket
 import time
 from collections import Counter
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from redis import Redis
+from rq import Queue
+from rq import Worker as RQWorker
 
 from pool_queue import lease as leases
-from pool_queue import presence
+from pool_queue import prefix_cache, presence
+from pool_queue.queue import Screen
 from pool_queue.rescue import rescue
 
-if TYPE_CHECKING:
-    from .runtime import Worker
+from .client import VLLMClient
+from .holds import Holds
+from .redis_link import RedisLink
+from .screen import Screener
 
 log = logging.getLogger(__name__)
 CACHE_READ_S = 5.0  # how often the server's prefix-cache counters are read
 REPORT_S = 10.0
 
 
-def tasks(w: Worker) -> list[asyncio.Task[None]]:
+@dataclass
+class Counters:
+    """A worker's tallies since it started: logged, and published for pool-status."""
+
+    items: int = 0
+    errors: int = 0
+    removed: int = 0
+    forwards: int = 0
+    jobs: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+class Tended(Protocol):
+    """What the duties read and touch of a worker (`runtime.Worker`)."""
+
+    name: str
+    server: str
+    steps: list[int]
+    screen: Screen
+    conn: Redis
+    link: RedisLink
+    timing: leases.Timing
+    client: VLLMClient
+    holds: Holds
+    screener: Screener
+    rq: RQWorker
+    active: dict[str, leases.Lease]
+    all_queues: list[Queue]
+    silent_s: float
+    max_inflight: int
+    count: Counters
+    rate: presence.RateWindow
+    cache: prefix_cache.Meter
+    step_tokens: Counter[int]  # prompt tokens answered since the last cache read
+    last_error: str | None
+    metrics_url: str | None
+
+    def hand_back(self) -> None: ...
+
+
+def tasks(w: Tended) -> list[asyncio.Task[None]]:
     return [asyncio.create_task(loop(w)) for loop in (heartbeats, rescues, watch_server, read_cache, report)]
 
 
-async def heartbeats(w: Worker) -> None:
+async def heartbeats(w: Tended) -> None:
     while True:
         await asyncio.sleep(w.timing.heartbeat_s)
         try:
@@ -36,7 +88,7 @@ async def heartbeats(w: Worker) -> None:
             log.warning("%s: heartbeat failed: %s", w.name, e)
 
 
-def beat(w: Worker) -> None:
+def beat(w: Tended) -> None:
     leases.heartbeat(w.conn, list(w.active.values()), w.timing.lease_s)
     if not w.conn.exists(w.rq.key):  # Redis lost its data (or our key expired): be seen again
         w.rq.register_birth()  # type: ignore[no-untyped-call]
@@ -45,7 +97,7 @@ def beat(w: Worker) -> None:
     presence.publish(w.conn, snapshot(w))
 
 
-async def rescues(w: Worker) -> None:
+async def rescues(w: Tended) -> None:
     seen: set[str] = set()  # intermediate-list orphans of the previous pass
     while True:
         await asyncio.sleep(w.timing.rescue_s)
@@ -57,7 +109,7 @@ async def rescues(w: Worker) -> None:
             log.warning("%s: rescue failed: %s", w.name, e)
 
 
-async def watch_server(w: Worker) -> None:
+async def watch_server(w: Tended) -> None:
     """A server that answers no forward for `silent_s` (wedged, stopped, or a port that never replies):
     its jobs go back to the queue for other workers; this worker takes work again once /health answers."""
     while True:
@@ -69,7 +121,7 @@ async def watch_server(w: Worker) -> None:
                 w.hand_back()
 
 
-async def read_cache(w: Worker) -> None:
+async def read_cache(w: Tended) -> None:
     while True:
         await asyncio.sleep(CACHE_READ_S)
         try:
@@ -78,19 +130,19 @@ async def read_cache(w: Worker) -> None:
             log.warning("%s: reading the server's prefix-cache counters failed: %s", w.name, e)
 
 
-async def cache_share(w: Worker) -> None:
+async def cache_share(w: Tended) -> None:
     counters = await w.client.prefix_cache()
     tokens, w.step_tokens = dict(w.step_tokens), Counter()
     await asyncio.to_thread(w.cache.charge, counters, tokens)
 
 
-async def report(w: Worker) -> None:
+async def report(w: Tended) -> None:
     while True:
         await asyncio.sleep(REPORT_S)
         log_progress(w)
 
 
-def snapshot(w: Worker) -> presence.WorkerSnapshot:
+def snapshot(w: Tended) -> presence.WorkerSnapshot:
     c, now = w.count, time.monotonic()
     items_per_s, forwards_per_s = w.rate.rates(now, c.items, c.forwards)
     return presence.WorkerSnapshot(
@@ -120,7 +172,7 @@ def snapshot(w: Worker) -> presence.WorkerSnapshot:
     )
 
 
-def log_progress(w: Worker) -> None:
+def log_progress(w: Tended) -> None:
     c = w.count
     dt = max(1e-9, time.monotonic() - c.started)
     log.info(

@@ -46,6 +46,11 @@ def idle(s: StepStatus) -> bool:
     return s.workers == 0 and s.remaining > 0
 
 
+def step_rate(s: StepStatus) -> str:
+    """The 5-minute rate while a live worker takes the step (with none, the last rows' rate only falls)."""
+    return "-" if s.workers == 0 else f"{s.items_per_s_5m:.1f}"
+
+
 def eta(s: StepStatus) -> str:
     if s.eligible and not s.remaining:
         return "done"
@@ -76,7 +81,7 @@ def render(st: RunStatus) -> Group:
             f"[red]{s.errors:,}[/]" if s.errors else "0",
             _n(s.queued_items),
             _n(s.running_items),
-            f"{s.items_per_s_5m:.1f}",
+            step_rate(s),
             "-" if idle(s) else eta(s),
             _pct(s.prefix_cache_hit_rate),
         )
@@ -95,7 +100,8 @@ def render(st: RunStatus) -> Group:
     if st.other_screens:
         parts.append(f"other screens in this Redis: {', '.join(st.other_screens)}")
     if not st.workers:
-        parts.append("no live workers (none started, or all stopped)")
+        if not st.redis_error:
+            parts.append("no live workers (none started, or all stopped)")
         return Group(*parts)
     workers = _table(
         f"{len(st.workers)} worker(s)", ("worker", "steps", "items/s", "in flight", "server", "errors"), False
@@ -113,13 +119,22 @@ def render(st: RunStatus) -> Group:
 def plain_lines(st: RunStatus) -> str:
     """One line per step, for --watch into a log or a pipe (a live view would print nothing there)."""
     clock = time.strftime("%H:%M:%S", time.localtime(st.at))
-    return "\n".join(
+    workers = "?" if st.redis_error else len(st.workers)
+    lines = [
         f"{clock} step {s.step}: done {s.done:,}/{s.eligible:,}, removed {s.removed:,}, errors {s.errors:,}, "
-        f"queued {_n(s.queued_items)}, running {_n(s.running_items)}, {s.items_per_s_5m:.1f}/s, "
-        f"ETA {eta(s)}, "
-        f"prefix-cache hits {_pct(s.prefix_cache_hit_rate)}; workers {len(st.workers)}"
+        f"{_queue(st, s)}, {step_rate(s)}/s, ETA {eta(s)}, "
+        f"prefix-cache hits {_pct(s.prefix_cache_hit_rate)}; workers {workers}"
         for s in st.steps
-    )
+    ]
+    if st.redis_error:
+        lines.append(f"{clock} Redis unreachable: {st.redis_error} (queues and workers unknown)")
+    return "\n".join(lines)
+
+
+def _queue(st: RunStatus, s: StepStatus) -> str:
+    if st.redis_error:
+        return "queue unknown"
+    return f"queued {_n(s.queued_items)}, running {_n(s.running_items)}"
 
 
 def remaining_lines(st: RunStatus) -> str:

@@ -73,9 +73,10 @@ def test_watch_into_a_pipe_prints_a_line_per_step_and_refresh(pool_root):
             "--no-health", "--redis-url", "redis://127.0.0.1:9/0"]  # fmt: skip
     with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as p:
         assert p.stdout is not None
-        got = [p.stdout.readline() for _ in range(6)]  # two refreshes of three steps
+        got = [p.stdout.readline() for _ in range(8)]  # two refreshes of three steps and the Redis it misses
         p.terminate()
-    assert [line.split(" ", 2)[1:2] for line in got] == [["step"]] * 6 and "step 3:" in got[5], got
+    refresh = [["step"]] * 3 + [["Redis"]]
+    assert [line.split(" ", 2)[1:2] for line in got] == refresh * 2 and "step 3:" in got[6], got
 
 
 def test_a_worker_shows_up_at_once_not_one_heartbeat_later(stack, pool_root, tmp_path):

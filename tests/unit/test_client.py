@@ -15,6 +15,7 @@ from pool_queue.procs import Procs, free_port, wait_health
 from pool_queue.protocol import Protocol
 from workers.client import ForwardError, RetriesExhausted, ServerUnreachable, VLLMClient
 from workers.transport import SlimTransport
+from workers.waiting import Stop
 
 P = Protocol()
 BODY = orjson.dumps(P.request_body(1, "What happens next?", ["a", "b", "c", "d"], []))
@@ -99,7 +100,7 @@ def test_a_port_that_does_not_speak_http_fails_at_once(procs: Procs, tmp_path: P
         async with VLLMClient(url) as c:
             t0 = time.monotonic()
             with pytest.raises(ServerUnreachable, match="does not answer HTTP"):
-                await c.wait_first(limit_s=60)
+                await c.wait_first(limit_s=60, stop=Stop())
             assert time.monotonic() - t0 < 10  # no waiting: no wait would help
 
     asyncio.run(go())
