@@ -32,7 +32,13 @@ $(VLLM_STAMP): tests/harness/realvllm/requirements.txt
 	$(VLLM_VENV)/bin/pip uninstall -y -q torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
-.PHONY: demo test lint
+# The node image's dependencies as wheels, for a build with no network (deploy/Dockerfile installs from it alone).
+# async-timeout: redis needs it below Python 3.11.3 (Debian bookworm's 3.11.2), which pip here does not see.
+wheelhouse: $(STAMP)
+	$(VENV)/bin/pip wheel -q --wheel-dir wheelhouse . setuptools wheel 'async-timeout>=4.0.3'
+	rm -f wheelhouse/pool_queue-*.whl
+
+.PHONY: demo test lint wheelhouse
 demo: $(STAMP)
 	$(VENV)/bin/pool-demo
 
