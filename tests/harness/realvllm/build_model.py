@@ -152,12 +152,9 @@ def configs(out: Path) -> dict:
         "max_position_embeddings": 16384,
         "rms_norm_eps": 1e-6,
         "attention_bias": False,
-        "rope_parameters": {
-            "rope_type": "default",
-            "rope_theta": 5000000.0,
-            "mrope_section": [12, 10, 10],
-            "mrope_interleaved": True,
-        },
+        # transformers 4's keys: 5 reads them into its rope_parameters, so both vLLM environments load one folder
+        "rope_theta": 5000000.0,
+        "rope_scaling": {"rope_type": "default", "mrope_section": [12, 10, 10], "mrope_interleaved": True},
         "bos_token_id": 151643,
         "eos_token_id": 151645,
         "tie_word_embeddings": False,
