@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from .errors import InputError
@@ -94,6 +95,25 @@ def frame_videos(frames_dir: Path) -> pa.Array:
     if time.time() - st.st_mtime > 2.0:
         _listed[frames_dir] = (key, found)
     return found
+
+
+def unicode_form_twins(video_ids: pa.Array | pa.ChunkedArray, frames_dir: Path) -> pa.Table:
+    """(video_id, folder): items' videos with no frame folder of their exact name, while a folder's name
+    differs from it only by Unicode normalization: an id in NFC ("caf\\u00e9") and a folder in NFD
+    ("cafe\\u0301"), as a tar made on macOS writes it. Both render the same and the folder is a
+    listed entry of the cache, yet the id is not matched to it: a video is matched by its exact name
+    everywhere (plan, worker, status, audit), two such folders can both exist on Linux, and the package
+    root is never renamed. The pair is named for the user, who renames the folders to the items'
+    spelling (or re-extracts); column operations over the unique ids and one listing."""
+    folders = frame_videos(frames_dir)
+    ids = pc.unique(video_ids.combine_chunks() if isinstance(video_ids, pa.ChunkedArray) else video_ids)
+    lost = pc.filter(ids, pc.invert(pc.fill_null(pc.is_in(ids, value_set=folders), False)))
+    if not len(lost) or not len(folders):
+        return pa.table({"video_id": pa.array([], pa.string()), "folder": pa.array([], pa.string())})
+    a = pa.table({"key": pc.utf8_normalize(lost, form="NFC"), "video_id": lost})
+    b = pa.table({"key": pc.utf8_normalize(folders, form="NFC"), "folder": folders})
+    pairs = a.join(b, "key", join_type="inner").select(["video_id", "folder"])
+    return pairs.sort_by([("video_id", "ascending"), ("folder", "ascending")])
 
 
 def list_frames(folder: Path, frames_dir: Path | None = None) -> list[Path]:

@@ -4,6 +4,8 @@ happen to it. `pool-synth --hostile` writes it; tests/test_hostile.py screens it
 Expectations (`Kind.expect`): "rejected" (named in the `pool-items` report, with `reason`), "ok" (an
 ok row at step 1), "ok:<step>" (an ok row at that step), "no-frames" (an ok step-1 row, never
 eligible for step 2), or "error:<step>" (an error row at that step whose message holds `reason`).
+A rejected kind with a `line` is reported at that 1-based file line; a kind with a `warning` has
+`pool-items` print a line holding it.
 Items meant to reach step 2 get questions the simulated model cannot answer blind, so they survive
 step 1.
 """
@@ -37,6 +39,8 @@ class Kind:
     item_id: str
     expect: str
     reason: str = ""
+    line: int = 0
+    warning: str = ""
 
 
 class _Writer:
@@ -59,7 +63,8 @@ class _Writer:
     def line(self, kind: str, expect: str, reason: str = "", raw: str | None = None, **over: object) -> None:
         item_id = str(over.pop("item_id", f"hx-{kind}"))
         self.jsonl.append(raw if raw is not None else json.dumps(self.item(item_id, **over)))  # type: ignore[arg-type]
-        self.kinds.append(Kind(kind, item_id.strip() if raw is None or item_id in raw else "", expect, reason))
+        found = item_id.strip() if raw is None or item_id in raw else ""
+        self.kinds.append(Kind(kind, found, expect, reason, line=len(self.jsonl)))
 
     def frames(self, kind: str, expect: str, reason: str, files: dict[str | bytes, bytes]) -> None:
         """A video folder of these files (a bytes name: a file name that is not UTF-8) and its item."""
@@ -156,7 +161,9 @@ def add_hostile(root: Path, seed: int = 0) -> list[Kind]:
     w.line("options-json-text", "ok", options=json.dumps(["p", "q", "r"]), answer=0)
     w.line("huge-question", "error:1", "maximum context length", question="word " * 12000)
     w.csv.append('hx-csv-float-gold,SynthHostile,hv-hx-csv,Q?,"[""a"", ""b""]",2.0')
-    w.kinds.append(Kind("csv-gold-2.0", "hx-csv-float-gold", "rejected", "out of range"))  # index 2 of 2 options
+    w.kinds.append(
+        Kind("csv-gold-2.0", "hx-csv-float-gold", "rejected", "out of range", line=2)
+    )  # index 2 of 2 options
     w.csv.append('hx-csv-ok,SynthHostile,hv-hx-csv,Q?,"[""a"", ""b""]",1.0')
     w.kinds.append(Kind("csv-gold-1.0", "hx-csv-ok", "ok"))
     ints = pa.table({"item_id": pa.array([9_000_001], pa.int64()), "benchmark": [BENCH], "video_id": ["hv-int"],
@@ -207,8 +214,8 @@ def add_hostile(root: Path, seed: int = 0) -> list[Kind]:
 
 
 def _names_and_exports(w: _Writer, root: Path, good: dict[str | bytes, bytes]) -> None:
-    """Issue 26's families: names in the cache no listing may trip on, frames as cameras write them, and
-    item files as real table exports write them."""
+    """Names in the cache no listing may trip on, frames as cameras write them, item files as real table
+    exports write them, and text as editors and other systems write it."""
     items, cache = root / "items", w.cache
     # ---- names and links in the frame cache
     (cache / "hv-hx-folder-loop").symlink_to(cache / "hv-hx-folder-loop")
@@ -246,7 +253,10 @@ def _names_and_exports(w: _Writer, root: Path, good: dict[str | bytes, bytes]) -
             q = f"{r['question']}\n" + "context line, with a comma\n" * 60
             opts = json.dumps(r["options"]).replace('"', '""')
             f.write(f'{r["item_id"]},{r["benchmark"]},{r["video_id"]},"{q}","{opts}",{r["answer"]}\n')
+        f.write(f'hx-csv-after-newlines,{BENCH},hv,Q?,"{opts}",Z\n')  # 62 lines per row above
     w.kinds.append(Kind("csv-quoted-newlines-over-1mb", "hx-csv-newlines-699", "ok"))
+    w.kinds.append(Kind("csv-line-after-quoted-newlines", "hx-csv-after-newlines", "rejected", "out of range",
+                        line=2 + 62 * len(rows)))  # fmt: skip
     fixed = pa.table({"item_id": ["hx-fixed-list"], "benchmark": [BENCH], "video_id": ["hv-fixed"], "question": ["Q?"],
                       "options": pa.array([["a", "b"]], pa.list_(pa.string(), 2)), "gold": [1]})  # fmt: skip
     pq.write_table(fixed, items / "hostile_fixed_list.parquet")
@@ -263,3 +273,33 @@ def _names_and_exports(w: _Writer, root: Path, good: dict[str | bytes, bytes]) -
                       "options": pa.array([["a", "b"]]), "gold": [0]})  # fmt: skip
         pq.write_table(t, part / f"part-{k}.parquet")
         w.kinds.append(Kind(f"parquet-partitioned-folder-{k}", f"hx-part-{k}", "ok"))
+    _text_as_written(w, items, good)
+
+
+def _text_as_written(w: _Writer, items: Path, good: dict[str | bytes, bytes]) -> None:
+    """Text no screen can use or find as it stands: a lone surrogate escape, questions and options with
+    nothing visible, a frame folder named in NFD for an NFC video_id (a tar made on macOS), and item
+    files in UTF-16 and UTF-32, with and without a BOM."""
+    raw = json.dumps(w.item("hx-lone-surrogate", question="SURROGATE")).replace('"SURROGATE"', '"a \\ud800 b"')
+    w.line("question-lone-surrogate", "rejected", "lone surrogate", raw=raw, item_id="hx-lone-surrogate")
+    w.line("question-zero-width", "rejected", "empty question", question="\u200b\u200c\u200d")
+    w.line("question-invisible-and-space", "rejected", "empty question", question=" \u2060\t\ufeff\u00ad ")
+    w.line("option-zero-width", "rejected", "empty option text", options=["a", "\u200b", "c"])
+    nfd = w.cache / "hv-hx-cafe\u0301"
+    nfd.mkdir()
+    for name, data in good.items():
+        (nfd / os.fsdecode(name)).write_bytes(data)
+    w.line("video-nfc-folder-nfd", "no-frames", video_id="hv-hx-caf\u00e9")
+    twins = "'hv-hx-caf\\xe9' has no frame folder, but folder 'hv-hx-cafe\\u0301' differs"
+    w.kinds[-1] = Kind("video-nfc-folder-nfd", "hx-video-nfc-folder-nfd", "no-frames", warning=twins)
+    for enc in ("utf-16", "utf-32-be"):  # a BOM, and none
+        name = enc.replace("-", "")
+        lines = [json.dumps(w.item(f"hx-{name}-ok")), json.dumps(w.item(f"hx-{name}-bad", answer="Z"))]
+        (items / f"hostile_{name}.jsonl").write_text("\n".join(lines) + "\n", encoding=enc)
+        w.kinds.append(Kind(f"jsonl-{enc}", f"hx-{name}-ok", "ok"))
+        w.kinds.append(Kind(f"jsonl-{enc}-bad-line", f"hx-{name}-bad", "rejected", "out of range", line=2))
+    csv16 = (
+        f'item_id,benchmark,video_id,question,options,answer\nhx-csv-utf16le,{BENCH},hv,"Q\nQ?","[""a"", ""b""]",B\n'
+    )
+    (items / "hostile_utf16le.csv").write_text(csv16, encoding="utf-16-le")
+    w.kinds.append(Kind("csv-utf-16-le-no-bom", "hx-csv-utf16le", "ok"))

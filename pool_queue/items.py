@@ -2,10 +2,21 @@
 
 Validation runs as column operations over the whole table; only rejected rows are visited one by
 one to name their reasons. Every rejected item lands in the report: nothing is dropped silently.
+
+A rejection names its place as a user finds it in an editor: `line` is the 1-based line of the file
+where the item starts (a CSV's header is line 1, so its first item is line 2; a quoted value that
+holds newlines moves the next items down); for Parquet, which has no lines, it is the 1-based row.
+
+Text files are read as UTF-8 (a UTF-8 BOM is skipped); a UTF-16 or UTF-32 file, as spreadsheet tools
+export, is recognized by its BOM or, without one, by the NUL bytes of its first ASCII character (as
+JSON's own rule, RFC 4627) and read as what it is. Such a file that does not decode is refused by name.
 """
 
 from __future__ import annotations
 
+import codecs
+import csv
+import io
 import json
 import re
 from dataclasses import dataclass
@@ -25,6 +36,7 @@ from .text import printable
 
 REQUIRED = ("item_id", "benchmark", "video_id", "question", "options")
 GOLD_COLUMNS = ("answer", "gold", "answer_index", "answer_idx", "label")
+USED = (*REQUIRED, *GOLD_COLUMNS)  # the fields an item is made of
 SUFFIXES = (".parquet", ".csv", ".jsonl")
 ID_COLUMNS = ("item_id", "video_id", "benchmark")  # text that must keep its exact spelling
 LIST_TYPES = (pa.ListType, pa.LargeListType, pa.FixedSizeListType, pa.ListViewType, pa.LargeListViewType)
@@ -53,8 +65,18 @@ RAW_SCHEMA = pa.schema(
 )
 _ID_IN_LINE = re.compile(r'"item_id"\s*:\s*"([^"]{1,200})"')
 REPORT_SCHEMA = pa.schema(
-    [("item_id", pa.string()), ("source", pa.string()), ("row", pa.int64()), ("reason", pa.string())]
+    [("item_id", pa.string()), ("source", pa.string()), ("line", pa.int64()), ("reason", pa.string())]
 )
+# Text with nothing a reader can see: whitespace, controls, format characters (U+200B..U+200D, U+2060,
+# U+FEFF, soft hyphen), variation selectors, the combining grapheme joiner and the Hangul/Braille fillers.
+INVISIBLE_ONLY = (
+    r"^[\s\p{Z}\p{Cc}\p{Cf}\x{034F}\x{115F}\x{1160}\x{2800}\x{3164}\x{FFA0}\x{FE00}-\x{FE0F}\x{E0100}-\x{E01EF}]*$"
+)
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")  # the escape of a surrogate, lone or half of a pair
+BOMS = (  # UTF-32 before UTF-16: FF FE 00 00 begins with FF FE
+    (codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"),
+)  # fmt: skip
 
 
 class ItemsError(InputError, ValueError):
@@ -96,53 +118,140 @@ def _kind(path: Path) -> str | None:
 
 
 def _read(path: Path) -> tuple[pa.Table, pa.Table]:
-    """A file's table (with `_row`: its row, or line for JSONL) and the lines rejected while reading."""
+    """A file's table (with `_row`: the 1-based line where each item starts, or the row of a Parquet
+    file) and the lines rejected while reading."""
     kind = _kind(path)
     try:
         if kind == ".parquet":
             t = pq.read_table(path)  # a partitioned folder too
-        elif kind == ".csv":
-            text = {c: pa.string() for c in (*REQUIRED, *GOLD_COLUMNS)}
-            t = pacsv.read_csv(
-                path,
-                parse_options=pacsv.ParseOptions(newlines_in_values=True),  # quoted newlines, at any file size
-                convert_options=pacsv.ConvertOptions(column_types=text, strings_can_be_null=False),
-            )
+            rows = pa.array(range(1, t.num_rows + 1), pa.int64())
         else:
-            try:
-                t = pajson.read_json(path)
-            except pa.ArrowInvalid:  # a bad line, or a column whose type changes between lines
-                return _read_jsonl_lines(path)
-            if any(pa.types.is_floating(t.schema.field(c).type) for c in ID_COLUMNS if c in t.column_names):
-                return _read_jsonl_lines(path)  # big integers or floats: pyarrow rounds them, the lines keep them
+            data = _utf8(path)
+            if kind == ".csv":
+                t = _read_csv(data)
+                rows = _csv_lines(data, t)
+            else:
+                try:
+                    t = pajson.read_json(pa.BufferReader(data))
+                except pa.ArrowInvalid:  # a bad line, a lone surrogate, a column whose type changes between lines
+                    return _read_jsonl_lines(path, data)
+                floats = any(pa.types.is_floating(t.schema.field(c).type) for c in ID_COLUMNS if c in t.column_names)
+                if floats or t.num_rows != _count_lines(data):  # floats: pyarrow rounds ids, the lines keep them
+                    return _read_jsonl_lines(path, data)  # blank or doubled lines: only the lines know the numbers
+                rows = pa.array(range(1, t.num_rows + 1), pa.int64())
     except (pa.ArrowInvalid, OSError) as e:
         raise ItemsError(f"{path}: cannot read item table: {e}") from e
     dup = sorted({c for c in t.column_names if t.column_names.count(c) > 1})
     if dup:
         raise ItemsError(f"{path}: column name(s) {', '.join(map(repr, dup))} appear more than once; keep one of each")
-    return t.append_column("_row", pa.array(range(t.num_rows), pa.int64())), REPORT_SCHEMA.empty_table()
+    return t.append_column("_row", rows), REPORT_SCHEMA.empty_table()
 
 
-def _read_jsonl_lines(path: Path) -> tuple[pa.Table, pa.Table]:
-    """JSONL line by line: a line that is not a JSON object is one rejected item; the rest load."""
+def _utf8(path: Path) -> bytes:
+    """A text file's bytes as UTF-8: a UTF-8 BOM dropped, UTF-16 and UTF-32 (by BOM, or by the NULs of a
+    first ASCII character) decoded; one that does not decode is refused naming its encoding."""
+    data = path.read_bytes()
+    if data.startswith(codecs.BOM_UTF8):
+        return data[len(codecs.BOM_UTF8) :]
+    enc = next((e for bom, e in BOMS if data.startswith(bom)), None)
+    if enc is None and b"\x00" in data[:4]:
+        head = bytes(b != 0 for b in data[:4].ljust(4, b"\x00"))
+        enc = {b"\0\0\0\1": "utf-32-be", b"\1\0\0\0": "utf-32-le"}.get(head) or (
+            "utf-16-be" if head[:2] == b"\0\1" else "utf-16-le" if head[:2] == b"\1\0" else None
+        )
+    if enc is None:
+        return data
+    try:
+        return data.decode(enc).encode("utf-8")
+    except UnicodeError as e:  # a cut or damaged file, or a lone surrogate in UTF-16/32
+        raise ItemsError(f"{path}: {enc.upper()} text that does not decode ({e}); save it again as UTF-8") from e
+
+
+def _read_csv(data: bytes) -> pa.Table:
+    text = {c: pa.string() for c in (*REQUIRED, *GOLD_COLUMNS)}
+    return pacsv.read_csv(
+        pa.BufferReader(data),
+        parse_options=pacsv.ParseOptions(newlines_in_values=True),  # quoted newlines, at any file size
+        convert_options=pacsv.ConvertOptions(column_types=text, strings_can_be_null=False),
+    )
+
+
+def _breaks(text: pa.Array) -> pa.Array:
+    """Line breaks per value (\\n, \\r\\n or a lone \\r, as the CSV reader splits lines)."""
+    return pc.subtract(
+        pc.add(pc.count_substring(text, "\n"), pc.count_substring(text, "\r")), pc.count_substring(text, "\r\n")
+    )
+
+
+def _count_lines(data: bytes) -> int:
+    """Lines of a file as an editor numbers them, trailing line breaks aside."""
+    body = data.rstrip(b"\r\n")
+    return (body.count(b"\n") + body.count(b"\r") - body.count(b"\r\n") + 1) if body else 0
+
+
+def _csv_lines(data: bytes, t: pa.Table) -> pa.Array:
+    """The 1-based file line where each CSV record starts: the header's lines, then one line per record
+    plus the line breaks inside its quoted values, as column sums. Blank lines between records (the
+    reader skips them) are the one thing the values cannot tell: then the lines are counted by Python's
+    csv reader, which keeps its line number."""
+    n = t.num_rows
+    header = 1 + sum(c.count("\n") + c.count("\r") - c.count("\r\n") for c in t.column_names)
+    inside = pa.array([0] * n, pa.int64())
+    for field, col in zip(t.schema, t.columns, strict=True):  # by position: a repeated name is refused later
+        if pa.types.is_string(field.type):
+            inside = pc.add(inside, _breaks(col.combine_chunks()).cast(pa.int64()))
+    if not n:
+        return inside
+    starts = pc.subtract(pc.add(pc.cumulative_sum(inside), pa.array(range(header + 1, header + n + 1))), inside)
+    if header + n + (pc.sum(inside).as_py() or 0) == _count_lines(data):
+        return starts
+    reader = csv.reader(io.StringIO(data.decode("utf-8", "replace"), newline=""))
+    found, before = [], 0
+    for record in reader:
+        if record:
+            found.append(before + 1)
+        before = reader.line_num
+    return pa.array(found[1:], pa.int64()) if len(found) == n + 1 else starts  # [0]: the header
+
+
+def _surrogate_field(obj: dict[str, object]) -> str | None:
+    """The first field of an item whose text holds a lone surrogate escape (as "\\ud800")."""
+    for k in USED:
+        try:
+            json.dumps(obj.get(k), ensure_ascii=False, default=str).encode("utf-8")
+        except UnicodeEncodeError:
+            return k
+    return None
+
+
+def _read_jsonl_lines(path: Path, data: bytes) -> tuple[pa.Table, pa.Table]:
+    """JSONL line by line: a line that is not a JSON object is one rejected item; the rest load.
+
+    A lone surrogate escape ("\\ud800", half of a UTF-16 pair) decodes to no character: the item is
+    rejected naming the field, not screened with a text changed from what the file says."""
     rows: list[dict[str, object]] = []
     bad: list[dict[str, object]] = []
-    with open(path, "rb") as f:
-        for i, line in enumerate(f):
-            if not line.strip():
-                continue
-            try:  # numbers as their own digits: an id is never rounded, however large
-                obj = json.loads(line, parse_float=Decimal, parse_int=_exact_int)
-            except ValueError as e:
-                obj, why = None, f"line {i + 1} is not valid JSON ({e})"
-            else:
-                why = f"line {i + 1} is not a JSON object"
-            if not isinstance(obj, dict):
-                found = _ID_IN_LINE.search(line.decode("utf-8", "replace"))
-                bad.append({"item_id": found.group(1) if found else "", "source": path.name, "row": i, "reason": why})
-                continue
-            rows.append({**obj, "_row": i})
-    cols: dict[str, list[object]] = {c: [r.get(c) for r in rows] for c in {k for r in rows for k in r}}
+    for i, line in enumerate(io.BytesIO(data), start=1):
+        if not line.strip():
+            continue
+        try:  # numbers as their own digits: an id is never rounded, however large
+            obj = json.loads(line, parse_float=Decimal, parse_int=_exact_int)
+        except json.JSONDecodeError as e:
+            obj, why = None, f"not valid JSON ({e.msg}, at column {e.colno})"
+        except ValueError as e:  # bytes that are not UTF-8
+            obj, why = None, f"not valid JSON ({e})"
+        else:
+            why = "not a JSON object"
+        if isinstance(obj, dict) and _SURROGATE.search(line) and (field := _surrogate_field(obj)) is not None:
+            obj, why = None, f"{field} holds a lone surrogate escape (half of a UTF-16 pair, not a character)"
+        if not isinstance(obj, dict):
+            found = _ID_IN_LINE.search(line.decode("utf-8", "replace"))
+            bad.append({"item_id": found.group(1) if found else "", "source": path.name, "line": i,
+                        "reason": why})  # fmt: skip
+            continue
+        rows.append({**obj, "_row": i})
+    names = {k for r in rows for k in r if k in USED}  # other fields are never read, whatever they hold
+    cols: dict[str, list[object]] = {c: [r.get(c) for r in rows] for c in (*names, "_row")}
     table = {c: pa.array([_scalar_text(v) for v in vals], pa.string()) for c, vals in cols.items() if c != "_row"}
     if "options" in cols:
         table["options"] = pa.array([_options_value(v) for v in cols["options"]], pa.list_(pa.string()))
@@ -223,6 +332,11 @@ def _unsafe_video_id(vid: pa.Array) -> pa.Array:
     return pc.or_(bad, pc.match_substring_regex(s, r"^\s|\s$"))
 
 
+def _blank(text: pa.Array) -> pa.Array:
+    """Text with nothing visible (missing, empty, or only `INVISIBLE_ONLY` characters) counts as empty."""
+    return pc.fill_null(pc.match_substring_regex(text, INVISIBLE_ONLY), True)
+
+
 def validate(table: pa.Table) -> tuple[pa.Table, pa.Table]:
     """Split a canonical table (`_canonical`) into valid items and rejections (with `_source` and `_row`)."""
     n = table.num_rows
@@ -234,15 +348,15 @@ def validate(table: pa.Table) -> tuple[pa.Table, pa.Table]:
     gold, gold_checks = _gold(table, n_opts)
 
     flat = pc.list_flatten(options)
-    empty_flat = pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(pc.fill_null(flat, ""))), 0)
+    empty_flat = _blank(flat)
     parents = pc.list_parent_indices(options)
     empty_rows = pc.unique(pc.filter(parents, empty_flat)) if len(flat) else pa.array([], pa.int64())
     has_empty_opt = pc.is_in(pa.array(range(n), pa.int64()), value_set=empty_rows.cast(pa.int64()))
 
     checks: list[tuple[pa.Array, str]] = [
-        (pc.equal(pc.fill_null(pc.utf8_length(strings["item_id"]), 0), 0), "empty item_id"),
-        (pc.equal(pc.fill_null(pc.utf8_length(strings["benchmark"]), 0), 0), "empty benchmark"),
-        (pc.equal(pc.fill_null(pc.utf8_length(strings["question"]), 0), 0), "empty question"),
+        (_blank(strings["item_id"]), "empty item_id"),
+        (_blank(strings["benchmark"]), "empty benchmark"),
+        (_blank(strings["question"]), "empty question"),
         (_unsafe_video_id(table.column("video_id").combine_chunks()), "unsafe or empty video_id"),
         (opt_bad, "options is not a list of strings"),
         (
@@ -272,7 +386,7 @@ def validate(table: pa.Table) -> tuple[pa.Table, pa.Table]:
         {
             "item_id": item_id.take(take),
             "source": table.column("_source").take(take),
-            "row": table.column("_row").take(take),
+            "line": table.column("_row").take(take),
             "reason": ["; ".join(why for m, why in masks if m[r]) for r in bad_rows],
         },
         schema=REPORT_SCHEMA,

@@ -1,5 +1,6 @@
-"""pool-items: load and validate the item table; print rejected items (file, row or JSONL line, reason) and
-warnings about confusing options and look-alike ids; optionally write the rejections to a file."""
+"""pool-items: load and validate the item table; print rejected items (file, the 1-based line an editor
+shows, reason) and warnings about confusing options, look-alike ids and frame folders whose name differs
+from a video_id only by Unicode form; optionally write the rejections to a file."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ from rich.console import Console
 from rich.table import Table
 
 from ..cli import parser, reports_errors, settings
+from ..frames import unicode_form_twins
 from ..items import item_warnings, load_items
 
 
 @reports_errors
 def main(argv: list[str] | None = None) -> None:
     p = parser("pool-items", __doc__ or "")
-    p.add_argument("--report", type=Path, help="write the rejected items (item_id, source, row, reason) as CSV here")
+    p.add_argument("--report", type=Path, help="write the rejected items (item_id, source, line, reason) as CSV here")
     p.add_argument("--show", type=int, default=50, help="rejected rows to print (default 50)")
     a = p.parse_args(argv)
     s = settings(a)
@@ -32,9 +34,10 @@ def main(argv: list[str] | None = None) -> None:
     con.print(t)
     rej = items.rejected
     if rej.num_rows:
-        r = Table("item_id", "source", "row", "reason", title=f"{rej.num_rows} rejected items")
+        r = Table("item_id", "source", "line", "reason", title=f"{rej.num_rows} rejected items")
         for row in rej.slice(0, a.show).to_pylist():
-            r.add_row(repr(row["item_id"]), row["source"], str(row["row"]), row["reason"])
+            place = f"row {row['line']}" if row["source"].lower().endswith(".parquet") else str(row["line"])
+            r.add_row(repr(row["item_id"]), row["source"], place, row["reason"])
         con.print(r)
         reasons = pc.value_counts(rej.column("reason")).to_pylist()
         con.print("by reason: " + ", ".join(f"{d['values']}: {d['counts']}" for d in reasons))
@@ -44,6 +47,11 @@ def main(argv: list[str] | None = None) -> None:
         for row in warn.slice(0, a.show).to_pylist():
             w.add_row(repr(row["item_id"]), row["warning"])
         con.print(w)
+    twins = unicode_form_twins(items.items.column("video_id"), s.frames_dir)
+    for vid, folder in zip(twins.column("video_id").to_pylist(), twins.column("folder").to_pylist(), strict=True):
+        con.print(f"warning: video_id {vid!a} has no frame folder, but folder {folder!a} differs from it "
+                  "only by Unicode form (NFC/NFD); its items get no frame step until the folder is renamed to the id",
+                  soft_wrap=True, markup=False, highlight=False)  # fmt: skip
     if a.report is not None:
         pacsv.write_csv(rej, a.report)
         con.print(f"rejected items written to {a.report}")

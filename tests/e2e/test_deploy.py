@@ -469,9 +469,7 @@ def test_a_bad_flag_is_refused_the_same_with_or_without_plan_only(pool_root, arg
     assert out.stdout == "" and sorted(pool_root.rglob("*")) == before
 
 
-def test_a_gpu_too_small_for_the_8b_is_refused_before_any_server_and_a_small_one_is_warned_about(
-    pool_root, redis_url
-):
+def test_a_gpu_too_small_for_the_8b_is_refused_before_any_server_and_a_small_one_is_warned_about(pool_root, redis_url):
     """24 GiB at GPU_UTIL 0.85 leave the 8B no KV cache: one line naming the memory, the weights and what is
     left, exit 2, no server started. 16 GiB hold the 2B with a small KV cache: a warning, and step 3 runs."""
     env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(free_port())}

@@ -45,9 +45,9 @@ def test_a_hostile_pool_screens_to_the_end(procs, tmp_path):
     assert len({k.name for k in kinds}) >= 40
     before = tree_hash(root)
     items = load_items(root / "items")
-    reasons: dict[str, list[str]] = {}
+    reasons: dict[str, list[tuple[str, int]]] = {}
     for r in items.rejected.to_pylist():
-        reasons.setdefault(r["item_id"], []).append(r["reason"])
+        reasons.setdefault(r["item_id"], []).append((r["reason"], r["line"]))
     stack = Stack(root, procs)
     s8 = stack.sim("sim8", "qwen3-vl-8b", "--speed", "20")
     s2 = stack.sim("sim2", "qwen3-vl-2b", "--speed", "50")
@@ -75,7 +75,8 @@ def test_a_hostile_pool_screens_to_the_end(procs, tmp_path):
     for k in kinds:
         seen.add(k.name)
         if k.expect == "rejected":
-            assert any(k.reason in why for why in reasons.get(k.item_id, [])), (k, reasons.get(k.item_id))
+            found = reasons.get(k.item_id, [])  # at the file line an editor shows, where the kind names one
+            assert any(k.reason in why and k.line in (0, line) for why, line in found), (k, found)
             continue
         row1 = winners[1][k.item_id]
         if k.expect == "ok":
@@ -92,23 +93,28 @@ def test_a_hostile_pool_screens_to_the_end(procs, tmp_path):
             row = winners[step][k.item_id]
             assert row["status"] == "error" and k.reason in row["error"], (k, row["error"])
     assert len(seen) >= 40
-    _every_command_answers(stack, root)
+    said = _every_command_answers(stack, root)
+    for k in kinds:
+        assert k.warning in said, k
     assert tree_hash(root) == before  # nothing written beside the inputs; links were never followed out
 
 
-def _every_command_answers(stack: Stack, root: Path) -> None:
+def _every_command_answers(stack: Stack, root: Path) -> str:
     """Every command that lists the cache or reads the items works on this root: no traceback, and the
-    report's tables keep their columns whatever the benchmark names hold."""
+    report's tables keep their columns whatever the benchmark names hold. Returns what pool-items said."""
     bin_ = Path(sys.executable).parent
-    env = {**os.environ, **stack.env}
+    env = {**os.environ, **stack.env, "COLUMNS": "400"}
+    said = ""
     out = root.parent / "out"
     for argv in (["pool-items"], ["pool-status", "--no-health"], ["pool-status", "--json", "--no-health"],
                  ["pool-audit"], ["pool-enqueue", "--step", "all", "--plan-only"], ["pool-report", "--out", str(out)],
                  ["pool-export", "--out", str(out / "export")]):  # fmt: skip
         done = subprocess.run([str(bin_ / argv[0]), *argv[1:]], env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode in (0, 1) and "Traceback" not in done.stderr, (argv, done.stderr[-3000:])
+        said += done.stdout if argv[0] == "pool-items" else ""
     report = (out / "report.md").read_text()
     assert "Odd\\|Bench Name" in report
     for table in (block for block in report.split("\n\n") if block.startswith("| ")):
         widths = {line.count(" | ") for line in table.splitlines() if not line.startswith("|---")}
         assert len(widths) == 1, table  # every row has the head's columns
+    return said

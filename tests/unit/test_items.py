@@ -1,3 +1,4 @@
+import codecs
 import json
 
 import pyarrow as pa
@@ -5,6 +6,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from pool_queue.commands.items import main
+from pool_queue.frames import unicode_form_twins
 from pool_queue.items import ItemsError, _options_column, id_lookalikes, item_warnings, load_items, option_warnings
 
 
@@ -48,15 +51,15 @@ def test_every_rule_rejects_and_names_the_item(tmp_path):
     pq.write_table(t, tmp_path / "items" / "u.parquet")
     s = load_items(tmp_path / "items")
     assert sorted(s.items.column("item_id").to_pylist()) == ["good", "idx-ok", "kvid"]
-    reasons = {(r["item_id"], r["source"], r["row"]): r["reason"] for r in s.rejected.to_pylist()}
-    assert reasons[("dup", "t.jsonl", 1)] == "duplicate item_id" and ("dup", "t.jsonl", 2) in reasons
-    assert "2..26 options" in reasons[("one", "t.jsonl", 3)] and "2..26" in reasons[("many", "t.jsonl", 4)]
-    assert reasons[("noq", "t.jsonl", 5)] == "empty question"
-    assert reasons[("emptyopt", "t.jsonl", 6)] == "empty option text"
-    assert "out of range" in reasons[("goldletter", "t.jsonl", 7)]
-    assert "out of range" in reasons[("goldidx", "t.jsonl", 8)]
-    assert "out of range" in reasons[("goldneg", "u.parquet", 0)]
-    for i, name in enumerate(["dotdot", "escape", "abs", "back", "nul"], start=1):
+    reasons = {(r["item_id"], r["source"], r["line"]): r["reason"] for r in s.rejected.to_pylist()}
+    assert reasons[("dup", "t.jsonl", 2)] == "duplicate item_id" and ("dup", "t.jsonl", 3) in reasons
+    assert "2..26 options" in reasons[("one", "t.jsonl", 4)] and "2..26" in reasons[("many", "t.jsonl", 5)]
+    assert reasons[("noq", "t.jsonl", 6)] == "empty question"
+    assert reasons[("emptyopt", "t.jsonl", 7)] == "empty option text"
+    assert "out of range" in reasons[("goldletter", "t.jsonl", 8)]
+    assert "out of range" in reasons[("goldidx", "t.jsonl", 9)]
+    assert "out of range" in reasons[("goldneg", "u.parquet", 1)]  # a Parquet file's rows count from 1 too
+    for i, name in enumerate(["dotdot", "escape", "abs", "back", "nul"], start=2):
         assert reasons[(name, "u.parquet", i)] == "unsafe or empty video_id"
     assert s.rejected.num_rows == 14 and s.n_read == 17
 
@@ -98,8 +101,8 @@ def test_a_bad_line_or_mixed_row_is_one_rejected_item_and_the_rest_load(tmp_path
     (tmp_path / "items" / "a.jsonl").write_text("\n".join(lines) + "\n")
     s = load_items(tmp_path / "items")
     assert sorted(s.items.column("item_id").to_pylist()) == ["17", "x", "y", "z"]
-    got = {(r["item_id"], r["row"]): r["reason"] for r in s.rejected.to_pylist()}
-    assert "line 3 is not valid JSON" in got[("broken", 2)] and got[("", 4)] == "line 5 is not a JSON object"
+    got = {(r["item_id"], r["line"]): r["reason"] for r in s.rejected.to_pylist()}
+    assert "not valid JSON" in got[("broken", 3)] and got[("", 5)] == "not a JSON object"
     assert s.n_read == 6
 
 
@@ -143,10 +146,10 @@ def test_trimmed_duplicates_conflicting_gold_and_one_gold_rule(tmp_path):
     s = load_items(tmp_path / "items")
     assert dict(zip(s.items.column("item_id").to_pylist(), s.items.column("gold").to_pylist(), strict=True)) == {
         "both-agree": 1, "float-str": 1, "float": 2}  # fmt: skip
-    got = {(r["item_id"], r["row"]): r["reason"] for r in s.rejected.to_pylist()}
-    assert got[("ws-dup", 0)] == got[("ws-dup", 1)] == "duplicate item_id"
-    assert got[("both-differ", 3)] == "gold columns answer and gold disagree"
-    assert "out of range" in got[("half", 6)]
+    got = {(r["item_id"], r["line"]): r["reason"] for r in s.rejected.to_pylist()}
+    assert got[("ws-dup", 1)] == got[("ws-dup", 2)] == "duplicate item_id"
+    assert got[("both-differ", 4)] == "gold columns answer and gold disagree"
+    assert "out of range" in got[("half", 7)]
 
 
 def test_option_warnings_name_confusing_items(tmp_path):
@@ -161,7 +164,7 @@ def test_option_warnings_name_confusing_items(tmp_path):
     }
 
 
-# ---- what real table exports write (issue 26): each loads, or is refused naming the file and the reason
+# ---- what real table exports write: each loads, or is refused naming the file and the reason
 
 
 def _table(n: int, **cols: object) -> pa.Table:
@@ -256,7 +259,7 @@ def test_a_jsonl_file_whose_every_line_is_bad_reports_the_lines(tmp_path):
     s = load_items(items)
     assert s.items.column("item_id").to_pylist() == ["g"]
     assert s.rejected.column("reason").to_pylist() == [s.rejected.column("reason")[0].as_py()]
-    assert "line 1 is not valid JSON" in s.rejected.column("reason")[0].as_py()
+    assert "not valid JSON" in s.rejected.column("reason")[0].as_py() and s.rejected.column("line").to_pylist() == [1]
 
 
 def test_ids_that_differ_only_by_unicode_form_or_invisible_characters_are_named_together(tmp_path):
@@ -271,3 +274,68 @@ def test_ids_that_differ_only_by_unicode_form_or_invisible_characters_are_named_
     assert {i for i, _ in got} == {"caf\u00e9-1", "cafe\u0301-1", "q\u200b7", "q7"}
     assert ("q7", "its id looks like 'q\\u200b7' (differs only by Unicode form or invisible characters)") in got
     assert len(item_warnings(s.items)) == 4
+
+
+# ---- places and text as a user sees them
+
+
+def test_a_rejection_names_the_file_line_an_editor_shows(tmp_path):
+    items = tmp_path / "items"
+    items.mkdir()
+    head = "item_id,benchmark,video_id,question,options,answer\n"
+    opts = '"[""a"", ""b""]"'
+    (items / "a.csv").write_text(head + f'c1,B,v,"two\nlines",{opts},A\nc2,B,v,Q,{opts},Z\nc3,B,v,Q,{opts},A\n')
+    (items / "b.csv").write_text(head + f"d1,B,v,Q,{opts},A\n\nd2,B,v,Q,{opts},Z\n")  # a blank line between
+    (items / "c.jsonl").write_text(json.dumps({**OK, "item_id": "j1"}) + "\n\n" + json.dumps({**OK, "item_id": "j2",
+                                   "answer": "Z"}) + "\n")  # fmt: skip
+    s = load_items(items)
+    assert {(r["source"], r["line"]) for r in s.rejected.to_pylist()} == {("a.csv", 4), ("b.csv", 4), ("c.jsonl", 3)}
+    report = tmp_path / "report.csv"
+    main(["--root", str(tmp_path), "--report", str(report)])
+    assert report.read_text().splitlines()[0] == '"item_id","source","line","reason"'
+    assert '"c2","a.csv",4,' in report.read_text()
+
+
+def test_a_lone_surrogate_or_an_invisible_question_is_a_rejected_item(tmp_path):
+    items = tmp_path / "items"
+    items.mkdir()
+    lines = [json.dumps({**OK, "item_id": "ok"}), json.dumps({**OK, "item_id": "sur", "question": "a\ud800b"})]
+    lines += [json.dumps({**OK, "item_id": f"zw{k}", "question": q})
+              for k, q in enumerate(["\u200b", "\u200c\u200d", " \u2060\t\ufeff ", "\u00ad\u3164"])]  # fmt: skip
+    lines.append(json.dumps({**OK, "item_id": "zw-option", "options": ["a", "\u200b"]}))
+    (items / "a.jsonl").write_text("\n".join(lines) + "\n")
+    s = load_items(items)
+    assert s.items.column("item_id").to_pylist() == ["ok"]
+    got = {r["item_id"]: (r["line"], r["reason"]) for r in s.rejected.to_pylist()}
+    assert got["sur"] == (2, "question holds a lone surrogate escape (half of a UTF-16 pair, not a character)")
+    assert all(got[f"zw{k}"] == (3 + k, "empty question") for k in range(4))
+    assert got["zw-option"] == (7, "empty option text")
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-8-sig"])
+def test_a_utf16_or_utf32_file_is_read_as_what_it_is(tmp_path, encoding):
+    items = tmp_path / "items"
+    items.mkdir()
+    rows = [{**OK, "item_id": "caf\u00e9"}, {**OK, "item_id": "bad", "answer": "Z"}]
+    (items / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding=encoding)
+    csv_text = 'item_id,benchmark,video_id,question,options,answer\nc\u00e9,B,v,Q,"[""a"", ""b""]",A\n'
+    (items / "b.csv").write_text(csv_text, encoding=encoding)
+    s = load_items(items)
+    assert sorted(s.items.column("item_id").to_pylist()) == ["caf\u00e9", "c\u00e9"]
+    assert s.rejected.select(["item_id", "line"]).to_pylist() == [{"item_id": "bad", "line": 2}]
+    (items / "a.jsonl").write_bytes(codecs.BOM_UTF16_LE + "{".encode("utf-16-le") + b"\x00\xd8")
+    with pytest.raises(ItemsError, match=r"a\.jsonl: UTF-16 text that does not decode"):
+        load_items(items)
+
+
+def test_a_frame_folder_in_another_unicode_form_is_named_with_its_video(tmp_path, capsys):
+    items, frames = tmp_path / "items", tmp_path / "frames" / "pool_frames"
+    items.mkdir()
+    (frames / "cafe\u0301").mkdir(parents=True)  # NFD, as a tar made on macOS names it
+    (frames / "plain").mkdir()
+    write_jsonl(items / "a.jsonl", [{**OK, "item_id": f"i{k}", "video_id": v}
+                                    for k, v in enumerate(["caf\u00e9", "caf\u00e9", "plain", "gone"])])  # fmt: skip
+    twins = unicode_form_twins(load_items(items).items.column("video_id"), frames)
+    assert twins.to_pylist() == [{"video_id": "caf\u00e9", "folder": "cafe\u0301"}]
+    main(["--root", str(tmp_path)])
+    assert "video_id 'caf\\xe9' has no frame folder, but folder 'cafe\\u0301' differs" in capsys.readouterr().out
