@@ -155,6 +155,7 @@ class Worker:
         runs = self.runs
         try:
             while not self.stop.event.is_set():
+                self._hold_for_torn_tails()
                 if self.holds and not await self.holds.clear():
                     if burst and not runs and not await self._work_left():
                         break
@@ -219,6 +220,18 @@ class Worker:
         self.fatal = why
         self.stop.event.set()
 
+    def _hold_disk(self, why: str, back: str, probe: Callable[[], bool]) -> None:
+        if self.holds.begin("disk", why, back, partial(asyncio.to_thread, probe)):
+            self.hand_back()  # their rows could not be written either: their forwards would be lost
+
+    def _hold_for_torn_tails(self) -> None:
+        """A partial line that a refused write left and no hold is cutting: the write failed after its job
+        was handed back (the task was cancelled while its thread wrote), so its error reached no one. The
+        worker holds until the line is cut, as after an error it saw itself."""
+        torn = self.store.torn
+        if torn and "disk" not in self.holds:
+            self._hold_disk("a refused write left a partial line", "its partial line is cut", torn.repair)
+
     def hand_back(self) -> None:
         """Give every running job back to the queue (each job's task does it as it is cancelled; the
         caller's own task, if it is one, gives its job back itself)."""
@@ -282,9 +295,7 @@ class Worker:
         except asyncio.CancelledError:  # handed back (a silent server): rows written so far stay
             await self._end(leases.give_back, self.conn, lease, False)
         except StoreWriteError as e:  # nothing of the batch is on disk; other workers run it, we wait
-            probe = partial(asyncio.to_thread, can_write, e, self.name)
-            if self.holds.begin("disk", str(e.strerror), f"rows can be written to {e.folder} again", probe):
-                self.hand_back()  # their rows could not be written either: their forwards would be lost
+            self._hold_disk(str(e.strerror), f"rows can be written to {e.folder} again", partial(can_write, e, self.name))
             self.last_error = str(e.strerror)
             await self._end(leases.give_back, self.conn, lease, False)
         except Exception as e:

@@ -101,6 +101,10 @@ def test_a_disk_gone_read_only_mid_write_leaves_no_torn_line_once_writes_work_ag
     want = expected(stack.root)
     done = lambda: all(len(stack.winners(step)) == len(want[step]) for step in (1, 2, 3))  # noqa: E731
     wait_for(done, 300, lambda: log() + stack.log("wb"))
+    # a batch whose job was handed back when the disk went may still fail after the hold cleared (its refused
+    # cut-back held by strace): its error reaches no job, and the worker holds again until that line is cut
+    whole = lambda: all(s.read_bytes().endswith(b"\n") for s in segments_of(stack, "wdisk") if s.stat().st_size)  # noqa: E731
+    wait_for(whole, 2 * CUT_DELAY_US / 1e6 + 30, log)
 
     text = log()
     assert seg.read_bytes() == kept, "the partial line is cut, and nothing acknowledged before it is touched"
@@ -124,3 +128,41 @@ def test_a_disk_gone_read_only_mid_write_leaves_no_torn_line_once_writes_work_ag
     assert audit.returncode == 0, audit.stdout + audit.stderr
     pack = cli(stack, str(BIN / "pool-pack"), "--out", str(tmp_path / "packed"))
     assert pack.returncode == 0 and list((tmp_path / "packed").glob("*.tar.gz")), pack.stdout + pack.stderr
+
+
+def test_a_partial_line_no_job_saw_is_cut_before_the_worker_takes_work(stack, monkeypatch):
+    """A write refused after its job was handed back (the task cancelled while its thread wrote) raises to no
+    job, yet its partial line is in the store's torn list: the worker cuts it before it claims any job, as
+    after a refused write it saw itself. The worker runs in this process, its store given such a line."""
+    import asyncio
+    import errno
+
+    from pool_queue import lease as leases
+    from workers import main as worker_main
+
+    url = stack.sim("sim8", "qwen3-vl-8b", "--zero-latency")
+    stack.enqueue(1, chunk_size=60)
+    made: list[Path] = []
+    seen: list[bytes] = []  # the segment as each claim found it
+    real_worker, real_claim = worker_main._worker, leases.claim
+
+    def worker_with_a_partial_line(*args):  # type: ignore[no-untyped-def]
+        w = real_worker(*args)
+        seg = w.store.step_dir(1) / f"seg-{w.name}-refused.jsonl"
+        seg.parent.mkdir(parents=True, exist_ok=True)
+        seg.write_bytes(b'{"item_id": "cut-here')
+        w.store.torn.add(seg, 0, OSError(errno.EROFS, "Read-only file system"))
+        made.append(seg)
+        return w
+
+    def claim(*args, **kw):  # type: ignore[no-untyped-def]
+        seen.append(made[0].read_bytes())
+        return real_claim(*args, **kw)
+
+    monkeypatch.setattr(worker_main, "_worker", worker_with_a_partial_line)
+    monkeypatch.setattr(leases, "claim", claim)
+    for k, v in stack.env.items():
+        monkeypatch.setenv(k, v)
+    assert asyncio.run(worker_main._main(["--server", url, "--name", "w", "--steps", "1", "--burst"])) == 0
+    assert seen and set(seen) == {b""}, seen[:3]
+    assert len(stack.winners(1)) == 240
