@@ -295,7 +295,8 @@ class Worker:
         except asyncio.CancelledError:  # handed back (a silent server): rows written so far stay
             await self._end(leases.give_back, self.conn, lease, False)
         except StoreWriteError as e:  # nothing of the batch is on disk; other workers run it, we wait
-            self._hold_disk(str(e.strerror), f"rows can be written to {e.folder} again", partial(can_write, e, self.name))
+            back = f"rows can be written to {e.folder} again"
+            self._hold_disk(str(e.strerror), back, partial(can_write, e, self.name))
             self.last_error = str(e.strerror)
             await self._end(leases.give_back, self.conn, lease, False)
         except Exception as e:
