@@ -255,7 +255,7 @@ def test_one_gpu_that_holds_both_models_serves_them_at_once(pool_root, redis_url
             "steps 3 on Qwen/Qwen3-VL-2B-Instruct (GPU_UTIL 0.4)") in out.stdout  # fmt: skip
     assert (
         "steps 3: MAX_SEQS 64, 64 in flight per server (WORKERS as set; 1 worker process); 141 GiB GPU at "
-        "GPU_UTIL 0.4: 48 GiB of KV cache holds 68 prompts" in out.stdout
+        "GPU_UTIL 0.4: 48.0 GiB of KV cache holds 68 prompts" in out.stdout
     )
     assert out.stdout.count("all servers healthy") == 1 and "starting 2 server(s): gpu0-s1-2=" in out.stdout
     up = [line.split()[0] for line in out.stdout.splitlines() if " healthy" in line or "started;" in line]
