@@ -20,6 +20,7 @@ FATAL = (2, 3)
 @dataclass
 class _Child:
     start: Callable[[], subprocess.Popen[bytes]]
+    steps: tuple[int, ...]
     proc: subprocess.Popen[bytes] | None = None
     started: float = 0.0
     restarts: int = 0
@@ -45,8 +46,9 @@ class Supervisor:
         self.healthy_s = healthy_s
         self.children: dict[str, _Child] = {}
 
-    def add(self, name: str, start: Callable[[], subprocess.Popen[bytes]]) -> None:
-        child = _Child(start)
+    def add(self, name: str, start: Callable[[], subprocess.Popen[bytes]], steps: tuple[int, ...] = ()) -> None:
+        """A worker process of these steps."""
+        child = _Child(start, steps)
         self.children[name] = child
         self._start(child)
 
@@ -56,8 +58,10 @@ class Supervisor:
         child.due = None
         child.done = False
 
-    def step(self, work_left: Callable[[], bool]) -> bool:
-        """Look after every worker once; False when none runs or will run again."""
+    def step(self, work_left: Callable[[list[int]], bool]) -> bool:
+        """Look after every worker once; False when none runs or will run again. `work_left(steps)`: whether
+        these steps still have work, asked only for the steps of workers that can run (one that stopped on a
+        configuration error takes no more work: its step's jobs are left for another launch to name)."""
         now = time.monotonic()
         for name, c in self.children.items():
             if c.due is not None and now >= c.due:
@@ -82,8 +86,9 @@ class Supervisor:
                 c.due = now + c.delay_s
                 self.log(f"{name}: exited unexpectedly with {rc} after {ran:.0f} s; restarting in {c.delay_s:.0f} s")
         idle = [c for c in self.children.values() if c.done and c.codes and c.codes[-1] == 0]
-        if idle and len(idle) == sum(not (c.done and c.codes[-1] in FATAL) for c in self.children.values()):
-            if not work_left():
+        able = [c for c in self.children.values() if not (c.done and c.codes[-1] in FATAL)]
+        if idle and len(idle) == len(able):
+            if not work_left(sorted({s for c in able for s in c.steps})):
                 return False
             for c in idle:  # a burst worker left while a chained step of ours still had work: again
                 self._start(c)

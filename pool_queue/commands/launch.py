@@ -336,12 +336,12 @@ def _supervise(
         return name, lambda: procs.start(name, wargv)
 
     sup = Supervisor(burst, lambda msg: print(msg, file=sys.stderr, flush=True))
-    served: set[int] = set()  # steps of the servers up so far: step 3's queue does not restart idle 8B workers
     failed: list[str] = []
 
-    def work_left() -> bool:
+    def work_left(steps: list[int]) -> bool:
+        """Work for the steps of the workers started so far: step 3's queue restarts no idle 8B worker."""
         try:
-            return screen.busy(sorted(served))
+            return screen.busy(steps)
         except AuthenticationError:
             raise
         except RedisError:  # Redis away: its work is still there
@@ -352,9 +352,8 @@ def _supervise(
             if why is not None:
                 failed.append(why)
                 continue
-            served.update(srv.steps)
             for k in range(sizes[srv.steps].processes):
-                sup.add(*worker_starter(srv, k))
+                sup.add(*worker_starter(srv, k), srv.steps)
             print(f"{srv.name}: {sizes[srv.steps].processes} worker(s) started; progress: pool-status --watch; "
                   f"logs in {s.logs_dir}", flush=True)  # fmt: skip
             if not ready.pending:

@@ -38,6 +38,19 @@ from pool_queue.settings import load_settings
 from pool_queue.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def launched(argv: list[str], env: dict[str, str], root: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    """pool-launch run to its end; one that outlasts `timeout` fails with what it printed and its logs' tails."""
+    try:
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        said = [f"{p.name}:\n{p.read_text(errors='replace')[-1500:]}" for p in sorted((root / "logs").glob("*.log"))]
+        out, err = (x.decode(errors="replace") if isinstance(x, bytes) else x or "" for x in (e.stdout, e.stderr))
+        head = f"pool-launch ran past {timeout:.0f} s\n{out[-3000:]}\n{err[-3000:]}\n"
+        raise AssertionError(head + "\n".join(said)) from e
+
+
 BIN = Path(sys.executable).parent
 P = Protocol()
 
@@ -213,8 +226,7 @@ def test_one_command_screens_every_step_on_one_gpu_and_a_step_launch_says_what_w
 
     env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(free_port())}
     launch = [sys.executable, "-m", "pool_queue.commands.launch", "--sim", "--burst"]
-    part = subprocess.run([*launch, "--step", "1"], env={**env, "MAX_SEQS": "256"}, capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
+    part = launched([*launch, "--step", "1"], {**env, "MAX_SEQS": "256"}, pool_root)
     assert part.returncode == 0, part.stderr[-3000:]
     assert "MAX_SEQS 256, 512 in flight per server (2 x MAX_SEQS; 4 worker processes x 128); MAX_SEQS as set" in (
         part.stdout) and "4 worker(s) started" in part.stdout  # fmt: skip
@@ -223,7 +235,7 @@ def test_one_command_screens_every_step_on_one_gpu_and_a_step_launch_says_what_w
     waits = [line for line in part.stderr.splitlines() if "wait in Redis" in line]
     assert len(waits) == 1 and waits[0].startswith("step 3: ") and "Qwen/Qwen3-VL-2B-Instruct" in waits[0], waits
     assert "finish them with: pool-launch --step 3 --burst" in waits[0]
-    whole = subprocess.run(launch, env=env, capture_output=True, text=True, timeout=600)
+    whole = launched(launch, env, pool_root)
     assert whole.returncode == 0, whole.stderr[-3000:]
     assert "1 GPU(s), every step: steps 1,2 on Qwen/Qwen3-VL-8B-Instruct, then steps 3 on Qwen" in whole.stdout
     assert "steps 1,2: MAX_SEQS 64, 128 in flight per server (2 x MAX_SEQS; 1 worker process); GPU memory unknown" in (
@@ -249,7 +261,7 @@ def test_one_gpu_that_holds_both_models_serves_them_at_once(pool_root, redis_url
            "WORKERS": "64"}  # fmt: skip
     argv = [sys.executable, "-m", "pool_queue.commands.launch", "--sim", "--burst", "--sim-gpu-gib", "141",
             "--sim-warmup-s", "5"]  # fmt: skip
-    out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    out = launched(argv, env, pool_root)
     assert out.returncode == 0, out.stderr[-3000:]
     assert ("1 GPU, every step, both models at once: steps 1,2 on Qwen/Qwen3-VL-8B-Instruct (GPU_UTIL 0.45) and "
             "steps 3 on Qwen/Qwen3-VL-2B-Instruct (GPU_UTIL 0.4)") in out.stdout  # fmt: skip
@@ -296,7 +308,7 @@ def test_a_launcher_started_while_redis_is_down_waits_for_it_and_a_wrong_passwor
     procs.stop(f"redis-{port}")
     procs.redis(port, tmp_path / "redis2")
     env["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    done = launched(argv, env, pool_root)
     assert done.returncode == 0 and "unreachable" not in done.stderr and "REMAINING_TOTAL=0" in done.stdout, (
         done.stderr[-2000:])  # fmt: skip
 

@@ -174,13 +174,36 @@ def test_supervisor_restarts_with_backoff_and_leaves_configuration_errors(tmp_pa
     sup.add("crashy", lambda: subprocess.Popen([sys.executable, "-c", script]))
     sup.add("misconfigured", lambda: subprocess.Popen([sys.executable, "-c", "raise SystemExit(2)"]))
     t0 = time.monotonic()
-    while sup.step(lambda: False):
+    while sup.step(lambda steps: False):
         assert time.monotonic() - t0 < 30
         time.sleep(0.05)
     assert marker.read_text() == "xxx"  # crashed twice, restarted twice, then finished
     assert sum("exited unexpectedly with 1" in x for x in lines) == 2
     assert any("restarting in 0 s" in x for x in lines) and any("restart 2" in x for x in lines)
     assert sum("configuration error" in x for x in lines) == 1 and sup.exit_codes() == [0, 2]
+
+
+def test_a_step_whose_workers_stopped_on_a_configuration_error_restarts_no_other_steps_workers(tmp_path):
+    """Under burst, idle workers start again while their steps have work. A 2B worker that stopped on a
+    configuration error (exit 3, a server serving the wrong model) leaves step 3's jobs in Redis: they are no
+    reason to restart the idle 8B workers, again and again, in a launch that never ends."""
+    runs = tmp_path / "runs"
+    count = f"import pathlib; p = pathlib.Path({str(runs)!r}); p.write_text(p.read_text() + 'x' if p.exists() else 'x')"
+    asked: list[list[int]] = []
+
+    def work_left(steps: list[int]) -> bool:
+        asked.append(steps)
+        return 3 in steps  # step 3's jobs wait; steps 1 and 2 are done
+
+    sup = Supervisor(burst=True, log=lambda _: None)
+    sup.add("w8", lambda: subprocess.Popen([sys.executable, "-c", count]), (1, 2))
+    sup.add("w2", lambda: subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"]), (3,))
+    for _ in range(600):
+        if not sup.step(work_left):
+            break
+        time.sleep(0.05)
+    assert runs.read_text() == "x" and asked == [[1, 2]]  # asked once, for the steps that can still run
+    assert sup.exit_codes() == [0, 3]
 
 
 def test_a_worker_gives_up_on_redis_after_its_wait(stack):
