@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import NoReturn, ParamSpec
 
 import redis
+from dotenv import dotenv_values
 from pydantic import ValidationError
 
 from .errors import PoolError, SetupError
 from .protocol import Protocol
-from .settings import Settings, load_settings
+from .settings import Settings, env_file, load_settings
 
 P = ParamSpec("P")
 
@@ -45,15 +46,18 @@ def settings(args: argparse.Namespace, **extra: object) -> Settings:
 
 
 def _as_given(loc: str, flags: set[str]) -> str:
-    """A bad setting by the name its user gave it: the flag, else the variable set in the environment
-    (REDIS_URL rather than its alias POOL_REDIS_URL), else the field's first name (a `.env` line)."""
+    """A bad setting by the name its user gave it: the flag, else the variable set in the environment, else
+    the one in the env file (REDIS_URL rather than its alias POOL_REDIS_URL), else the field's first name."""
     for name, field in Settings.model_fields.items():
         choices = getattr(field.validation_alias, "choices", None) or [f"POOL_{name.upper()}"]
         if loc != name and loc not in choices:
             continue
         if name in flags:
             return "--" + name.replace("_", "-")
-        return next((c for c in choices if isinstance(c, str) and c in os.environ), loc)
+        path = env_file()
+        in_file = dotenv_values(path) if path and os.path.isfile(path) else {}
+        names = [c for c in choices if isinstance(c, str)]
+        return next((c for c in names if c in os.environ), next((c for c in names if c in in_file), loc))
     return loc or "settings"
 
 

@@ -176,6 +176,11 @@ def default_results(root: Path) -> Path:
     return root / "results" / "pool"
 
 
+def env_file() -> str | None:
+    """The env file every command reads: `.env` here, or POOL_ENV_FILE ("" for none)."""
+    return os.environ.get("POOL_ENV_FILE", ".env") or None
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Settings from env/.env with command-line overrides; flags left unset (None) do not override.
     POOL_ENV_FILE names another env file ("" reads none: the test suite, so a demo's .env cannot leak in).
@@ -183,9 +188,8 @@ def load_settings(**overrides: Any) -> Settings:
     One root, one store: a results folder follows its root unless it is given at least as explicitly
     (a flag over the environment over the `.env` file), so `--root B` never screens against the store
     that a `.env` left for root A."""
-    env_file = os.environ.get("POOL_ENV_FILE", ".env") or None
     given = {k: v for k, v in overrides.items() if v is not None}
-    s = Settings(_env_file=env_file, **given)  # type: ignore[call-arg]
+    s = Settings(_env_file=env_file(), **given)  # type: ignore[call-arg]
     if s.results is not None and _explicitness("results", given) < _explicitness("root", given):
         s = s.model_copy(update={"results": None})
     return s

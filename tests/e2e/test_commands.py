@@ -315,3 +315,28 @@ def test_commands_run_from_inside_the_package_root_find_it(pool_root):
                           capture_output=True, text=True, timeout=60, cwd=pool_root, env=env)  # fmt: skip
     assert plan.returncode == 0 and "REMAINING_TOTAL=240" in plan.stdout, plan.stderr
     assert load_settings().root == Path("pool")  # here (the checkout) there is no items/
+
+
+def test_rq_info_reaches_the_pools_redis_as_the_pool_commands_do(procs, tmp_path):
+    """`rq info -c pool_queue.rq_config` in a new shell: the URL and password from the environment, else from
+    `.env` (which rq itself never reads); the password never on a command line; a bad URL is one line naming the
+    variable as the `.env` file spells it."""
+    from rq import Queue
+
+    port = free_port()
+    procs.redis(port, tmp_path / "redis", password="s3cret")
+    url = f"redis://127.0.0.1:{port}/0"
+    Queue("pool-q-step1", connection=Redis.from_url(url, password="s3cret")).enqueue("builtins.print", "x")
+    clean = {k: v for k, v in os.environ.items() if k not in ("POOL_ENV_FILE", "REDIS_URL", "REDIS_PASSWORD")}
+    rq = [str(Path(sys.executable).parent / "rq"), "info", "-c", "pool_queue.rq_config"]
+    for env, dotenv in (({"REDIS_URL": url, "REDIS_PASSWORD": "s3cret"}, ""),
+                        ({}, f"REDIS_URL={url}\nREDIS_PASSWORD=s3cret\n")):  # fmt: skip
+        (tmp_path / ".env").write_text(dotenv)
+        out = subprocess.run(rq, env={**clean, **env}, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and "pool-q-step1" in out.stdout and "1 queues" in out.stdout, out.stderr
+    (tmp_path / ".env").write_text("REDIS_URL=127.0.0.1:6391\n")
+    out = subprocess.run(rq, env=clean, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+        "error: setting REDIS_URL: '127.0.0.1:6391' is not a Redis URL: write redis://HOST:PORT/DB "
+        "(password in REDIS_PASSWORD)"
+    ], out.stderr
