@@ -254,8 +254,8 @@ def cmd_run(a: argparse.Namespace) -> None:
     prof = None
     if a.profile:
         out = Path(a.profile_out or f"/root/prof-{a.label}.txt")
-        spy = [a.py_spy, "record", "--pid", str(root), "--subprocesses", "--native", "--threads", "--format", "raw",
-               "--rate", str(a.rate), "--duration", str(a.profile), "--output", str(out)]  # fmt: skip
+        spy = [a.py_spy, "record", "--pid", str(root), "--subprocesses", *(["--native"] if a.native else []),
+               "--threads", "--format", "raw", "--rate", str(a.rate), "--duration", str(a.profile), "--output", str(out)]  # fmt: skip
         prof = subprocess.Popen(spy, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         time.sleep(1.0)  # py-spy attaches to every process first
     m0, c0 = metrics(a.port), cpu_by_kind(root)
@@ -379,10 +379,12 @@ def main() -> None:
     r.add_argument("--conc", type=int, default=64)
     r.add_argument("--uuid", action="store_true")
     r.add_argument("--no-resend", action="store_true")
-    r.add_argument("--profile", type=float, default=0, help="py-spy --native for this many seconds")
+    r.add_argument("--profile", type=int, default=0, help="py-spy --native for this many seconds")
     r.add_argument("--profile-out")
     r.add_argument("--rate", type=int, default=40)
     r.add_argument("--py-spy", default="/tmp/ours/bin/py-spy")
+    r.add_argument("--no-native", dest="native", action="store_false", help="Python frames only (py-spy --native "
+                   "crashed with SIGSEGV on the Firecracker H100 of 2026-12-05)")  # fmt: skip
     r.add_argument("--salt", type=int, default=int(time.time() * 1000) % 1_000_000)
     r.add_argument("--out")
     s = sub.add_parser("same")
