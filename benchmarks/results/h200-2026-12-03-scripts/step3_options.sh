@@ -5,8 +5,8 @@
 # client's ceiling with a py-spy profile in its middle, the same-numbers check against the default,
 # and the whole system on the default and on the fastest set. After `benchmarks/h200.sh deps` and
 # `install`, from the repo root on the GPU machine:
-#   bash benchmarks/step3_options.sh start          # servers in the background, a pool in /root/b3
-#   bash benchmarks/step3_options.sh measure OUTDIR # throughput.jsonl, prof-*.txt, same-*.txt
+#   bash benchmarks/results/h200-2026-12-03-scripts/step3_options.sh start          # servers in the background, a pool in /root/b3
+#   bash benchmarks/results/h200-2026-12-03-scripts/step3_options.sh measure OUTDIR # throughput.jsonl, prof-*.txt, same-*.txt
 set -euo pipefail
 H="bash benchmarks/h200.sh"
 export PYTHONPATH="/tmp/site:/tmp/ours:$PWD"   # as h200.sh: the bundle and our wheels

@@ -6,14 +6,14 @@
 # Four servers share the one GPU, each with a fixed KV cache so their start-ups cannot upset each other's
 # memory profiling; each is measured while the others idle. After the bundle's chunks are in /root/stash,
 # from the repo root on the GPU machine (.whl and .gpu/base carried):
-#   bash benchmarks/h200_tuned.sh start            # install, our wheels, 4 servers, the pools, wait
-#   bash benchmarks/h200_tuned.sh step3 OUTDIR      # ~5 min
-#   bash benchmarks/h200_tuned.sh steps12 OUTDIR    # ~5 min (stop the 2B servers first: four servers at once
+#   bash benchmarks/results/h200-2026-12-03-scripts/h200_tuned.sh start            # install, our wheels, 4 servers, the pools, wait
+#   bash benchmarks/results/h200-2026-12-03-scripts/h200_tuned.sh step3 OUTDIR      # ~5 min
+#   bash benchmarks/results/h200-2026-12-03-scripts/h200_tuned.sh steps12 OUTDIR    # ~5 min (stop the 2B servers first: four servers at once
 #                                                   # ran the 8B out of GPU memory on its first full batch)
 # Step 3 on real-like frames (every frame a 448-px JPEG, which the workers send untouched), one new 2B server:
-#   bash benchmarks/h200_tuned.sh real-start        # install, our wheels, the server, the pools, wait
-#   bash benchmarks/h200_tuned.sh real OUTDIR       # ~5 min
-#   bash benchmarks/h200_tuned.sh real-defaults OUTDIR   # instead: pool-launch's defaults (MAX_SEQS 64, one worker)
+#   bash benchmarks/results/h200-2026-12-03-scripts/h200_tuned.sh real-start        # install, our wheels, the server, the pools, wait
+#   bash benchmarks/results/h200-2026-12-03-scripts/h200_tuned.sh real OUTDIR       # ~5 min
+#   bash benchmarks/results/h200-2026-12-03-scripts/h200_tuned.sh real-defaults OUTDIR   # instead: pool-launch's defaults (MAX_SEQS 64, one worker)
 set -euo pipefail
 H="bash benchmarks/h200.sh"
 export PYTHONPATH="/tmp/site:/tmp/ours:$PWD" PYTHONUNBUFFERED=1

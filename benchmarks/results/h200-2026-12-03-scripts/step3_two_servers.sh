@@ -4,8 +4,8 @@
 # three-quarters idle, so a second server (its own engine core) on the same GPU should add to it.
 # The system (Redis + workers) runs once against one server, then against both at once (a worker
 # set and a Redis each, as pool-launch does per server). After `benchmarks/h200.sh deps` and `install`:
-#   bash benchmarks/step3_two_servers.sh start
-#   bash benchmarks/step3_two_servers.sh measure OUTDIR
+#   bash benchmarks/results/h200-2026-12-03-scripts/step3_two_servers.sh start
+#   bash benchmarks/results/h200-2026-12-03-scripts/step3_two_servers.sh measure OUTDIR
 set -euo pipefail
 H="bash benchmarks/h200.sh"
 export PYTHONPATH="/tmp/site:/tmp/ours:$PWD"
