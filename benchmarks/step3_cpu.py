@@ -255,7 +255,8 @@ def cmd_run(a: argparse.Namespace) -> None:
     if a.profile:
         out = Path(a.profile_out or f"/root/prof-{a.label}.txt")
         spy = [a.py_spy, "record", "--pid", str(root), "--subprocesses", *(["--native"] if a.native else []),
-               "--threads", "--format", "raw", "--rate", str(a.rate), "--duration", str(a.profile), "--output", str(out)]  # fmt: skip
+               "--threads", "--format", "raw", "--rate", str(a.rate), "--duration", str(a.profile),
+               "--output", str(out)]  # fmt: skip
         prof = subprocess.Popen(spy, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         time.sleep(1.0)  # py-spy attaches to every process first
     m0, c0 = metrics(a.port), cpu_by_kind(root)
