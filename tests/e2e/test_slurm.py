@@ -58,9 +58,7 @@ def test_node_jobs_screen_a_pool_to_the_end_and_drain_on_sigterm(pool_root, tmp_
             time.sleep(0.5)
         # two node jobs (capacity added by submitting more) share one screen of steps 1-2
         first = {**env, "MODEL_STEP": "1"}
-        nodes = [
-            slurm.submit(SLURM / "node.sbatch", *NODE, f"--output={out}/node-%j.log", env=first) for _ in range(2)
-        ]
+        nodes = [slurm.submit(SLURM / "node.sbatch", *NODE, f"--output={out}/node-%j.log", env=first) for _ in range(2)]
         for job in nodes:
             assert slurm.wait(job, 300) == ("COMPLETED", "0:0"), _log(out, job)
         logs = [(out / f"node-{j}.log").read_text() for j in nodes]
