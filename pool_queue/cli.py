@@ -111,7 +111,7 @@ def reports_errors(main: Callable[P, None]) -> Callable[P, None]:
         except redis.AuthenticationError as e:
             fail(f"Redis refused the password ({e}); check REDIS_PASSWORD or the URL")
         except redis.OutOfMemoryError:
-            fail("Redis is at its maxmemory and refuses writes (OOM): raise its maxmemory (the README's Redis "
-                 "memory says how much a pool needs) or free memory, then run the same command again")  # fmt: skip
+            fail("Redis is at its maxmemory and refuses writes (OOM): raise its maxmemory (docs/scale.md, Redis, "
+                 "says how much a pool needs) or free memory, then run the same command again")  # fmt: skip
 
     return run

@@ -153,7 +153,7 @@ def _worker(
         store=store,
         frames_dir=s.frames_dir,
         screen=screen,
-        link=RedisLink(s.redis_where(), wait_redis, name, s.wait_note_s),
+        link=RedisLink(s.redis_where(), wait_redis, name, s.wait_note_s, settle_s=3 * s.heartbeat_s),
         stop=stop,
         timing=Timing(s.lease_s, s.heartbeat_s, s.rescue_s, s.job_max_failures),
         client=client,

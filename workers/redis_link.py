@@ -21,7 +21,11 @@ from pool_queue.errors import SetupError
 from .waiting import Note, Stop, span
 
 T = TypeVar("T")
-FULL = "is at its maxmemory and refuses writes (OOM: raise maxmemory, see the README's Redis memory)"
+FULL = "is at its maxmemory and refuses writes (OOM: raise maxmemory; docs/scale.md, Redis, says how much)"
+# A full Redis takes some writes as RQ's keys expire, then refuses again: it is back once a refused call went
+# through and nothing was refused for a while (the worker passes three heartbeats), so one episode is one line
+# and one "back" line.
+FULL_SETTLE_S = 15.0
 log = logging.getLogger(__name__)
 # Waited out: Redis away, loading, or at its maxmemory refusing writes (a transaction refused whole).
 OUTAGE = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, redis.OutOfMemoryError)
@@ -32,14 +36,16 @@ class RedisGone(SetupError, RuntimeError):
 
 
 class RedisLink:
-    def __init__(self, where: str, wait_s: float, who: str, note_s: float = 60.0) -> None:
+    def __init__(self, where: str, wait_s: float, who: str, note_s: float = 60.0, settle_s: float = FULL_SETTLE_S):
         self.where = where
         self.wait_s = wait_s
         self.who = who
         self.note_s = note_s
+        self.settle_s = settle_s
         self.down_since: float | None = None
         self.note: Note | None = None  # the outage's once-a-minute line, whichever calls wait it out
         self.refused: set[object] = set()  # calls Redis refused at its maxmemory: only one of them through ends it
+        self.through: float | None = None  # when a refused call went through: the full Redis settles from then
         # Its own threads: heartbeats must never queue behind frame encoding in the default executor,
         # or a busy step-3 worker misses its leases and its jobs are run twice.
         self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="redis")
@@ -88,6 +94,7 @@ class RedisLink:
     def _down(self, e: Exception, fn: object) -> None:
         if isinstance(e, redis.OutOfMemoryError):
             self.refused.add(fn)
+            self.through = None
         if self.down_since is None:
             self.down_since = time.monotonic()
             self.note = Note(self.who, f"Redis at {self.where}", f"gives up after {span(self.wait_s)}", self.note_s)
@@ -102,9 +109,17 @@ class RedisLink:
 
     def _up(self, fn: object) -> None:
         """An answer ends an outage; a full Redis answers reads, so only a call it refused before, now
-        through, ends that one (heartbeats and rescues come round again, so one always does)."""
-        if self.down_since is not None and (not self.refused or fn in self.refused):
-            gone = time.monotonic() - self.down_since
-            log.warning("%s: Redis at %s is back after %.1f s", self.who, self.where, gone)
-            self.down_since = None
-            self.refused.clear()
+        through, ends that one (heartbeats and rescues come round again, so one always does), once no call
+        was refused for `settle_s` after it."""
+        if self.down_since is None:
+            return
+        now = time.monotonic()
+        if self.refused:
+            if fn in self.refused and self.through is None:
+                self.through = now
+            if self.through is None or now - self.through < self.settle_s:
+                return
+        gone = (self.through or now) - self.down_since
+        log.warning("%s: Redis at %s is back after %.1f s", self.who, self.where, gone)
+        self.down_since = self.through = None
+        self.refused.clear()

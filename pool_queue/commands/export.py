@@ -2,7 +2,7 @@
 
 Output: <out>/results/pool/step{N}/step{N}.jsonl (the run package's layout, so a packed return reads
 as one row per item) and <out>/parquet/step{N}.parquet, every step with the same schema
-(rows.ROW_SCHEMA; README, "Exported data"), in a folder of their own so that `<out>/parquet` reads as
+(rows.ROW_SCHEMA; docs/operations.md, "Exported data"), in a folder of their own so that `<out>/parquet` reads as
 one dataset (duckdb, pyarrow.dataset, pandas).
 """
 

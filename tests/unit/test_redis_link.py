@@ -17,7 +17,7 @@ def test_a_full_redis_is_one_outage_that_only_a_refused_write_ends(
 ) -> None:
     conn = Redis.from_url(redis_url)
     conn.set("x", "1")
-    link = RedisLink(redis_url, 60, "w")
+    link = RedisLink(redis_url, 60, "w", settle_s=0)
 
     async def run() -> None:
         conn.config_set("maxmemory-policy", "noeviction")
@@ -32,3 +32,37 @@ def test_a_full_redis_is_one_outage_that_only_a_refused_write_ends(
         asyncio.run(run())
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 2 and "is at its maxmemory and refuses writes" in said[0] and "is back after" in said[1]
+
+
+def test_a_full_redis_that_takes_a_few_writes_then_refuses_again_is_one_episode(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As RQ's keys expire a full Redis takes a write or two, then refuses again: one line and one "back" line
+    while the refusals come within the settle time of each other; a refusal after it is a new episode."""
+    conn = Redis.from_url(redis_url)
+    link = RedisLink(redis_url, 60, "w", settle_s=0.5)
+
+    async def full(on: bool) -> None:
+        conn.config_set("maxmemory-policy", "noeviction")
+        conn.config_set("maxmemory", 1 if on else 0)
+
+    async def run() -> None:
+        await full(True)
+        assert await link.attempt(conn.set, "k", "v") is None
+        await full(False)
+        assert await link.attempt(conn.set, "k", "v") and not link.up  # through, not yet settled
+        await full(True)
+        assert await link.attempt(conn.set, "k", "v") is None and not link.up  # refused again: the same episode
+        await full(False)
+        assert await link.attempt(conn.set, "k", "v") and not link.up
+        await asyncio.sleep(0.6)  # past the settle time with nothing refused
+        assert await link.attempt(conn.get, "k") and link.up
+        await full(True)
+        assert await link.attempt(conn.set, "k", "v") is None and not link.up  # a new episode
+        await full(False)
+
+    with caplog.at_level(logging.WARNING, logger="workers.redis_link"):
+        asyncio.run(run())
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 3, said
+    assert "maxmemory" in said[0] and "is back after" in said[1] and "maxmemory" in said[2]
