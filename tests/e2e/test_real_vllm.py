@@ -150,9 +150,10 @@ def test_limits_come_back_as_permanent_error_rows(servers, video33):
 
 def test_simulator_answers_with_the_real_servers_structure(servers, procs, video33):
     urls, *_ = servers
+    release = httpx.get(f"{urls[1]}/version").json()["version"]  # the simulator speaks as this release does
     sims = {
-        1: procs.sim("sim8", free_port(), "--profile", "qwen3-vl-8b", "--max-model-len", "4096"),
-        3: procs.sim("sim2", free_port(), "--profile", "qwen3-vl-2b", "--max-model-len", "4096"),
+        1: procs.sim("sim8", free_port(), "--profile", "qwen3-vl-8b", "--max-model-len", "4096", "--vllm", release),
+        3: procs.sim("sim2", free_port(), "--profile", "qwen3-vl-2b", "--max-model-len", "4096", "--vllm", release),
     }
     for u in sims.values():
         wait_health(u, 20)
@@ -196,7 +197,7 @@ def test_recorded_responses_still_match_the_server(servers):
         assert live.status_code == 200, live.text
         if os.environ.get("POOL_RECORD") == "1":
             recorded.save(step, version, live.json())
-        rec = recorded.load(step)
+        rec = recorded.load(step, version)
         assert shape(live.json()) == shape(rec["response"]), f"step {step}: vLLM {version} vs {rec['vllm_version']}"
         assert live.json()["usage"]["prompt_tokens"] == rec["response"]["usage"]["prompt_tokens"]
 

@@ -1,7 +1,8 @@
-"""Real vLLM responses kept in the repo (tests/harness/realvllm/recorded/step<N>.json), one per step.
+"""Real vLLM responses kept in the repo (tests/harness/realvllm/recorded/<release>/step<N>.json), one per
+step for each tested release (the oldest and the newest).
 
-They are recorded from the CPU vLLM of the `vllm` tests (POOL_RECORD=1 rewrites them) and say which
-vLLM version answered; the simulator tests compare against them even where no vLLM is installed.
+They are recorded from the CPU vLLM of the `vllm` tests (POOL_RECORD=1 writes the running release's); the
+simulator tests compare against them, each in that release's dialect, even where no vLLM is installed.
 Image data URLs are stored as a placeholder and rebuilt, so a file stays a few KB.
 """
 
@@ -48,12 +49,17 @@ def shape(v: Any) -> Any:
     return "null" if v is None else type(v).__name__
 
 
-def load(step: int) -> dict[str, Any]:
-    rec: dict[str, Any] = orjson.loads((RECORDED / f"step{step}.json").read_bytes())
+def releases() -> list[str]:
+    """The vLLM releases with recorded answers."""
+    return sorted(p.name for p in RECORDED.iterdir() if p.is_dir())
+
+
+def load(step: int, release: str) -> dict[str, Any]:
+    rec: dict[str, Any] = orjson.loads((RECORDED / release / f"step{step}.json").read_bytes())
     return rec
 
 
-def save(step: int, vllm_version: str, response: dict[str, Any]) -> None:
-    RECORDED.mkdir(parents=True, exist_ok=True)
-    rec = {"vllm_version": vllm_version, "request": request(step, with_images=False), "response": response}
-    (RECORDED / f"step{step}.json").write_bytes(orjson.dumps(rec, option=orjson.OPT_INDENT_2) + b"\n")
+def save(step: int, release: str, response: dict[str, Any]) -> None:
+    (RECORDED / release).mkdir(parents=True, exist_ok=True)
+    rec = {"vllm_version": release, "request": request(step, with_images=False), "response": response}
+    (RECORDED / release / f"step{step}.json").write_bytes(orjson.dumps(rec, option=orjson.OPT_INDENT_2) + b"\n")

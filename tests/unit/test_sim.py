@@ -257,14 +257,16 @@ def test_capacity_model_runs_up_to_max_num_seqs_and_queues_the_rest(procs):
     assert "vllm:num_requests_running" in m and "vllm:prefix_cache_hits_total" in m
 
 
+@pytest.mark.parametrize("release", recorded.releases())
 @pytest.mark.parametrize("step", [1, 2, 3])
-def test_simulator_matches_a_recorded_real_response(procs, step):
-    """Against the real vLLM answers kept in the repo, so this holds where no vLLM is installed."""
-    rec = recorded.load(step)
+def test_simulator_matches_a_recorded_real_response(procs, step, release):
+    """Against the real vLLM answers kept in the repo for each tested release (the client reads each), the
+    simulator in that release's dialect; so this holds where no vLLM is installed."""
+    rec = recorded.load(step, release)
     top, prompt_tokens = parse_answer(orjson.dumps(rec["response"]))  # the client reads the real answer
     assert len(top) == 20 and prompt_tokens and prompt_tokens > 100 * recorded.IMAGES[step]
     profile = "qwen3-vl-2b" if step == 3 else "qwen3-vl-8b"
-    url = procs.sim(f"sim-rec{step}", free_port(), "--zero-latency", "--profile", profile)
+    url = procs.sim(f"sim-rec{step}", free_port(), "--zero-latency", "--profile", profile, "--vllm", release)
     wait_health(url, 20)
     got = httpx.post(url + CHAT, json=recorded.request(step), timeout=30)
     assert got.status_code == 200, got.text
