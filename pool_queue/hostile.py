@@ -161,9 +161,7 @@ def add_hostile(root: Path, seed: int = 0) -> list[Kind]:
     w.line("options-json-text", "ok", options=json.dumps(["p", "q", "r"]), answer=0)
     w.line("huge-question", "error:1", "maximum context length", question="word " * 12000)
     w.csv.append('hx-csv-float-gold,SynthHostile,hv-hx-csv,Q?,"[""a"", ""b""]",2.0')
-    w.kinds.append(
-        Kind("csv-gold-2.0", "hx-csv-float-gold", "rejected", "out of range", line=2)
-    )  # index 2 of 2 options
+    w.kinds.append(Kind("csv-gold-2.0", "hx-csv-float-gold", "rejected", "out of range", line=2))  # 2 of 2 options
     w.csv.append('hx-csv-ok,SynthHostile,hv-hx-csv,Q?,"[""a"", ""b""]",1.0')
     w.kinds.append(Kind("csv-gold-1.0", "hx-csv-ok", "ok"))
     ints = pa.table({"item_id": pa.array([9_000_001], pa.int64()), "benchmark": [BENCH], "video_id": ["hv-int"],
