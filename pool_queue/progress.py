@@ -22,6 +22,18 @@ from rich.progress import (
 console = Console(stderr=True)
 
 
+def duration(s: float | None) -> str:
+    """A span of time as people read it in a status line: `4m 05s`, `2h 03m`, `1d 4h`; None is `-`."""
+    if s is None:
+        return "-"
+    s = int(s)
+    if s >= 86400:
+        return f"{s // 86400}d {s % 86400 // 3600}h"
+    if s >= 3600:
+        return f"{s // 3600}h {s % 3600 // 60:02d}m"
+    return f"{s // 60}m {s % 60:02d}s"
+
+
 @contextmanager
 def _progress(
     label: str, total: int, show: bool, amount: tuple[ProgressColumn, ...]

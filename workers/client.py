@@ -21,10 +21,11 @@ import orjson
 
 from pool_queue import prefix_cache
 from pool_queue.errors import ItemFailure, SetupError
+from pool_queue.progress import duration
 from pool_queue.rows import ErrorKind
 
 from .transport import SlimTransport
-from .waiting import Note, Stop, span
+from .waiting import Note, Stop
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +181,7 @@ class VLLMClient:
         that accepts the connection but does not speak HTTP (a Redis port, say), or an HTTP server with no
         /health at this URL, fails at once: no wait would help."""
         deadline = time.monotonic() + limit_s
-        note = Note(self.base_url, "the vLLM server (/health)", f"gives up after {span(limit_s)}", self.note_s)
+        note = Note(self.base_url, "the vLLM server (/health)", f"gives up after {duration(limit_s)}", self.note_s)
         while True:
             try:
                 r = await self.http.get("/health", timeout=5.0)

@@ -17,8 +17,9 @@ from typing import TypeVar
 import redis
 
 from pool_queue.errors import SetupError
+from pool_queue.progress import duration
 
-from .waiting import Note, Stop, span
+from .waiting import Note, Stop
 
 T = TypeVar("T")
 FULL = "is at its maxmemory and refuses writes (OOM: raise maxmemory; docs/scale.md, Redis, says how much)"
@@ -97,7 +98,7 @@ class RedisLink:
             self.through = None
         if self.down_since is None:
             self.down_since = time.monotonic()
-            self.note = Note(self.who, f"Redis at {self.where}", f"gives up after {span(self.wait_s)}", self.note_s)
+            self.note = Note(self.who, f"Redis at {self.where}", f"gives up after {duration(self.wait_s)}", self.note_s)
             what = FULL if isinstance(e, redis.OutOfMemoryError) else f"unreachable ({type(e).__name__})"
             log.warning(
                 "%s: Redis at %s %s; in-flight work goes on, rows stay on disk; waiting up to %.0f s",

@@ -14,6 +14,8 @@ import signal
 import time
 from collections.abc import Callable
 
+from pool_queue.progress import duration
+
 log = logging.getLogger(__name__)
 
 
@@ -54,11 +56,6 @@ class Stop:
             raise Stopped
 
 
-def span(s: float) -> str:
-    s = int(s)
-    return f"{s // 3600}h {s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m {s % 60:02d}s"
-
-
 class Note:
     """One line every `every_s` while a wait lasts: what it waits for, how long so far, and its bound."""
 
@@ -71,5 +68,5 @@ class Note:
         if now - self.last >= self.every_s:
             self.last = now
             log.warning(
-                "%s: still waiting for %s: %s so far, %s", self.who, self.what, span(now - self.since), self.bound
+                "%s: still waiting for %s: %s so far, %s", self.who, self.what, duration(now - self.since), self.bound
             )

@@ -25,7 +25,7 @@ from ..cli import exe, fail, reports_errors
 from ..items import ItemSet, load_items
 from ..plan import eligible
 from ..procs import Procs, free_port, wait_health
-from ..progress import console
+from ..progress import console, duration
 from ..protocol import Protocol
 from ..queue import Screen, screen_of
 from ..report import step_report
@@ -35,7 +35,6 @@ from ..synth import SynthConfig, generate
 from . import enqueue
 from .audit import summary
 from .report import write_report
-from .status import duration
 
 ENV_MARK = "# written by pool-demo: bare pool-* commands in this folder find the demo; delete it to stop that\n"
 SHAPE = ".pool-demo.json"  # the pool's size as generated: flags that ask for another size are refused

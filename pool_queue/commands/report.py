@@ -13,6 +13,7 @@ from pathlib import Path
 from .. import plots, prefix_cache
 from ..cli import load_protocol, output_dir, parser, reports_errors, settings
 from ..items import ItemSet, load_items
+from ..progress import duration
 from ..protocol import Protocol
 from ..report import (
     BORDER,
@@ -30,7 +31,6 @@ from ..report import (
 )
 from ..store import Store
 from ..text import printable
-from .status import duration
 
 PLOTS = ("removal_by_benchmark.png", "margins.png", "letters.png")
 

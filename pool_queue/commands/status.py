@@ -18,19 +18,9 @@ from rich.text import Text
 
 from ..cli import load_protocol, parser, reports_errors, settings
 from ..items import load_items
+from ..progress import duration
 from ..status import RunStatus, StatusReader, StepStatus
 from ..store import Store
-
-
-def duration(s: float | None) -> str:
-    if s is None:
-        return "-"
-    s = int(s)
-    if s >= 86400:
-        return f"{s // 86400}d {s % 86400 // 3600}h"
-    if s >= 3600:
-        return f"{s // 3600}h {s % 3600 // 60:02d}m"
-    return f"{s // 60}m {s % 60:02d}s"
 
 
 def _n(v: int | None) -> str:
