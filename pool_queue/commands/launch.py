@@ -47,6 +47,7 @@ from ..launch import (
     vllm_flags,
 )
 from ..procs import Procs, wait_health
+from ..progress import duration
 from ..protocol import Protocol
 from ..queue import Screen
 from ..settings import Settings, url_from_file
@@ -57,13 +58,22 @@ from . import enqueue
 OOM_HINTS = ("out of memory", "CUDA error: out of memory", "OutOfMemoryError", "No available memory for the cache")
 
 
-def _wait_healthy(procs: Procs, name: str, srv: Server, timeout: float) -> str | None:
-    """None when /health answers 200; else why not."""
-    try:
-        wait_health(srv.url, timeout, procs.children[name], poll_s=1.0)
-    except (ChildProcessError, TimeoutError) as e:
-        return str(e)
-    return None
+def _wait_healthy(procs: Procs, name: str, srv: Server, timeout: float, note_s: float) -> str | None:
+    """None when /health answers 200; else why not. A vLLM start takes minutes (loading, profiling, graphs):
+    the wait says so every `note_s` (POOL_WAIT_NOTE_S), with how long so far and its bound."""
+    t0 = time.monotonic()
+    while True:
+        left = timeout - (time.monotonic() - t0)
+        try:
+            wait_health(srv.url, min(note_s, left), procs.children[name], poll_s=1.0)
+            return None
+        except ChildProcessError as e:
+            return str(e)
+        except TimeoutError:
+            if left <= note_s:
+                return f"{srv.url}/health did not answer 200 within {timeout:.0f} s (--health-timeout)"
+        print(f"{srv.name}: still starting after {duration(time.monotonic() - t0)} (vLLM loads the model, profiles "
+              f"its memory; its log: {name}.log), gives up after {duration(timeout)}", flush=True)  # fmt: skip
 
 
 def _explain(log: Path, why: str) -> str:
@@ -117,7 +127,8 @@ def main(argv: list[str] | None = None) -> None:
     shares = None if a.step or a.split else coserve(protocol, gib, s.gpu_util)
     phases = plan_phases(s, protocol, a.step, a.split, found, shares)
     sizes = [_sizes(s, protocol, servers, gib) for servers in phases]  # a GPU too small: refused before any start
-    s = _wait_redis(s)  # before any server starts: a node job resubmitted during a Redis restart waits, as workers do
+    stop = _stop_on_signals()
+    s = _wait_redis(s, stop)  # before any server starts: a node job resubmitted during a Redis restart waits
     if a.step is None and not a.split:
 
         def on(v: Server) -> str:
@@ -128,7 +139,6 @@ def main(argv: list[str] | None = None) -> None:
         else:
             print("1 GPU, every step, both models at once: " + " and ".join(f"{on(v)} (GPU_UTIL {v.util:g})"
                                                                             for v in phases[0]))  # fmt: skip
-    stop = _stop_on_signals()
     served: set[int] = set()
     screen: Screen | None = None
     for i, (servers, sized) in enumerate(zip(phases, sizes, strict=True)):
@@ -165,13 +175,15 @@ def _check_args(a: argparse.Namespace, protocol: Protocol) -> None:
         fail(f"--sim-warmup-s {a.sim_warmup_s:g}: must be 0 or more")
 
 
-def _wait_redis(s: Settings) -> Settings:
-    """Until Redis answers: one line when the outage begins and one when it ends, up to POOL_WAIT_REDIS_S; a
-    refused password is not an outage (one line, exit 2, at once). With POOL_REDIS_URL_FILE (a Slurm Redis job
-    writes its address there) and no REDIS_URL, the address is read from the file at every try: a node job
-    submitted before the Redis job, or after it moved to another host, waits for the address that answers.
+def _wait_redis(s: Settings, stop: threading.Event) -> Settings:
+    """Until Redis answers: one line when the outage begins (and every POOL_WAIT_NOTE_S while it lasts) and one
+    when it ends, up to POOL_WAIT_REDIS_S; a refused password is not an outage (one line, exit 2, at once).
+    With POOL_REDIS_URL_FILE (a Slurm Redis job writes its address there) and no REDIS_URL, the address is read
+    from the file at every try: a node job submitted before the Redis job, or after it moved to another host,
+    waits for the address that answers. The first SIGTERM or Ctrl-C ends the wait (nothing has started yet).
     Returns the settings with the URL that answered."""
     base, t0, pause, said = s, time.monotonic(), 0.2, ""
+    noted = t0
     while True:
         s, why = url_from_file(base)
         if why is None:
@@ -184,10 +196,16 @@ def _wait_redis(s: Settings) -> Settings:
                 why = f"Redis at {s.redis_where()} unreachable ({type(e).__name__})"
         if why != said:  # the wait's cause, said once (again only when it changes)
             print(f"{why}; waiting up to {s.wait_redis_s:.0f} s (POOL_WAIT_REDIS_S)", file=sys.stderr, flush=True)
-            said = why
+            said, noted = why, time.monotonic()
+        elif time.monotonic() - noted >= s.wait_note_s:  # a long wait says so again, without repeating its cause
+            noted = time.monotonic()
+            print(f"still waiting for Redis: {duration(noted - t0)} so far, gives up after {duration(s.wait_redis_s)}"
+                  " (POOL_WAIT_REDIS_S)", file=sys.stderr, flush=True)  # fmt: skip
         if time.monotonic() - t0 > s.wait_redis_s:
             fail(f"{why}: gave up after {s.wait_redis_s:.0f} s (POOL_WAIT_REDIS_S)")
-        time.sleep(pause)
+        if stop.wait(pause):
+            print("pool-launch: signal received while waiting for Redis: nothing started, stopping", file=sys.stderr)
+            raise SystemExit(0)
         pause = min(2 * pause, 2.0)
     if said:
         print(f"Redis at {s.redis_where()} is back after {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
@@ -279,7 +297,7 @@ def _start_servers(
                 if bring.closed:
                     return
                 procs.start(name[v], argv[v], env=server_env(v, a.sim, tuning[v]))
-            if why := _wait_healthy(procs, name[v], v, a.health_timeout):
+            if why := _wait_healthy(procs, name[v], v, a.health_timeout, s.wait_note_s):
                 bring.events.put((v, _explain(s.logs_dir / f"{name[v]}.log", why)))
                 return
             print(f"{v.name} healthy after {time.monotonic() - t0:.0f} s", flush=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ports import port0
 from redis import Redis
 from redis.exceptions import AuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -201,7 +203,7 @@ def test_split_plans_and_fixed_arguments():
 def test_run_remote_screens_a_pool_with_simulated_servers(pool_root, redis_url):
     env = {
         **os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "2",
-        "PORT0": str(free_port()), "PY": sys.executable,
+        "PORT0": str(port0()), "PY": sys.executable,
     }  # fmt: skip
     plan = subprocess.run(
         ["bash", str(REPO / "deploy/run_remote.sh"), "--plan-only"], env={**env, "STEP": "1"},
@@ -225,7 +227,7 @@ def test_one_command_screens_every_step_on_one_gpu_and_a_step_launch_says_what_w
     step complete and the reference's verdicts. `--step 1` alone leaves step 3 waiting and says so."""
     from pool_queue.sim.reference import expected
 
-    env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(free_port())}
+    env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(port0())}
     launch = [sys.executable, "-m", "pool_queue.commands.launch", "--sim", "--burst"]
     part = launched([*launch, "--step", "1"], {**env, "MAX_SEQS": "256"}, pool_root)
     assert part.returncode == 0, part.stderr[-3000:]
@@ -258,8 +260,8 @@ def test_one_gpu_that_holds_both_models_serves_them_at_once(pool_root, redis_url
     verdicts."""
     from pool_queue.sim.reference import expected
 
-    env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(free_port()),
-           "WORKERS": "64"}  # fmt: skip
+    env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(port0()),
+           "WORKERS": "64", "POOL_WAIT_NOTE_S": "1"}  # fmt: skip
     argv = [sys.executable, "-m", "pool_queue.commands.launch", "--sim", "--burst", "--sim-gpu-gib", "141",
             "--sim-warmup-s", "5"]  # fmt: skip
     out = launched(argv, env, pool_root)
@@ -273,7 +275,10 @@ def test_one_gpu_that_holds_both_models_serves_them_at_once(pool_root, redis_url
     assert out.stdout.count("all servers healthy") == 1 and "starting 2 server(s): gpu0-s1-2=" in out.stdout
     up = [line.split()[0] for line in out.stdout.splitlines() if " healthy" in line or "started;" in line]
     assert up == ["gpu0-s1-2", "gpu0-s1-2:", "gpu0-s3", "gpu0-s3:", "all"], out.stdout  # one after the other,
-    # the 8B's workers started before the 2B is up
+    # the 8B's workers started before the 2B is up; a start that lasts says so every POOL_WAIT_NOTE_S
+    for v, log in (("gpu0-s1-2", "vllm_s1-2_gpu0.log"), ("gpu0-s3", "vllm_s3_gpu0.log")):
+        notes = [line for line in out.stdout.splitlines() if line.startswith(f"{v}: still starting after ")]
+        assert notes and all(n.endswith(f"its log: {log}), gives up after 20m 00s") for n in notes), out.stdout
     cores = len(os.sched_getaffinity(0))  # steps 1-2 take half the cores, step 3 (CPU-bound) all of them
     assert re.search(rf"gpu0-s1-2 server options: .* \({max(1, cores // 2)} cores\)", out.stdout), out.stdout
     assert re.search(rf"gpu0-s3 server options: .* \({cores} cores\)", out.stdout), out.stdout
@@ -293,7 +298,7 @@ def test_a_launcher_started_while_redis_is_down_waits_for_it_and_a_wrong_passwor
     one when it ends) instead of exiting; a refused password is one line and exit 2, before any server."""
     port = free_port()
     env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": f"redis://127.0.0.1:{port}/0", "NGPU": "1",
-           "PORT0": str(free_port()), "POOL_WAIT_REDIS_S": "600"}  # fmt: skip
+           "PORT0": str(port0()), "POOL_WAIT_REDIS_S": "600"}  # fmt: skip
     argv = [sys.executable, "-m", "pool_queue.commands.launch", "--step", "1", "--sim", "--burst"]
     log = (tmp_path / "launch.err").open("w+")
     with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=log, text=True) as launch:
@@ -316,23 +321,24 @@ def test_a_launcher_started_while_redis_is_down_waits_for_it_and_a_wrong_passwor
 
 def test_a_launcher_follows_the_redis_address_file_until_its_redis_answers(pool_root, procs, tmp_path):
     """A Slurm node job started before the Redis job wrote its address, then given a stale one (a Redis that
-    moved): pool-launch says what it waits for, once per cause, reads the file again at every try, and
-    screens on the address that answers. An explicit REDIS_URL would win over the file."""
+    moved): pool-launch says what it waits for, once per cause and again every POOL_WAIT_NOTE_S while it lasts
+    (lines counted, not timed), reads the file again at every try, and screens on the address that answers."""
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "POOL_REDIS_URL")}
     url_file = tmp_path / "logs" / "redis_url"
-    env |= {"POOL_ROOT": str(pool_root), "POOL_REDIS_URL_FILE": str(url_file), "NGPU": "1", "PORT0": str(free_port()),
-            "POOL_WAIT_REDIS_S": "600"}  # fmt: skip
+    env |= {"POOL_ROOT": str(pool_root), "POOL_REDIS_URL_FILE": str(url_file), "NGPU": "1", "PORT0": str(port0()),
+            "POOL_WAIT_REDIS_S": "600", "POOL_WAIT_NOTE_S": "0.3"}  # fmt: skip
     argv = [sys.executable, "-m", "pool_queue.commands.launch", "--step", "1", "--sim", "--burst"]
     err_path = tmp_path / "launch.err"
 
-    def said(text: str) -> None:
+    def said(text: str, times: int = 1) -> None:
         deadline = time.monotonic() + 120
-        while text not in err_path.read_text():
+        while err_path.read_text().count(text) < times:
             assert launch.poll() is None and time.monotonic() < deadline, err_path.read_text()
             time.sleep(0.2)
 
     with err_path.open("w+") as err, subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=err) as launch:
         said(f"no Redis address in {url_file} yet (the Redis job writes it); waiting up to 600 s")
+        said("so far, gives up after 10m 00s (POOL_WAIT_REDIS_S)", times=2)
         url_file.parent.mkdir()
         stale = free_port()
         url_file.write_text(f"redis://127.0.0.1:{stale}/0\n")  # the old host: nothing answers there
@@ -345,11 +351,34 @@ def test_a_launcher_follows_the_redis_address_file_until_its_redis_answers(pool_
     assert launch.returncode == 0 and b"\nREMAINING_TOTAL=0" in out, text[-3000:]
     assert text.count("yet (the Redis job writes it)") == 1 and text.count("unreachable") == 1, text
     assert f"Redis at redis://127.0.0.1:{port}/0 is back after" in text
+    notes = [line for line in text.splitlines() if line.startswith("still waiting for Redis: ")]
+    assert len(notes) >= 2 and all(re.fullmatch(r"still waiting for Redis: \dm \d\ds so far, gives up after 10m 00s "
+                                                r"\(POOL_WAIT_REDIS_S\)", n) for n in notes), notes  # fmt: skip
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_launcher_waiting_for_redis_ends_on_the_first_signal(pool_root, tmp_path, sig):
+    """Nothing has started while pool-launch waits for Redis: one signal ends it, with a line, exit 0."""
+    env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0", "NGPU": "1",
+           "PORT0": str(port0())}  # fmt: skip
+    argv = [sys.executable, "-m", "pool_queue.commands.launch", "--sim", "--burst"]
+    err_path = tmp_path / "launch.err"
+    with err_path.open("w+") as err, subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=err) as launch:
+        deadline = time.monotonic() + 120  # a test timeout only
+        while "unreachable" not in err_path.read_text():
+            assert launch.poll() is None and time.monotonic() < deadline, err_path.read_text()
+            time.sleep(0.2)
+        launch.send_signal(sig)
+        launch.communicate(timeout=120)
+    text = err_path.read_text()
+    assert launch.returncode == 0 and "Traceback" not in text, text
+    last = text.strip().splitlines()[-1]
+    assert last == "pool-launch: signal received while waiting for Redis: nothing started, stopping", text
 
 
 def test_launcher_restarts_a_worker_killed_mid_screen(pool_root, redis_url):
-    port0 = free_port()
-    env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(port0),
+    base = port0()
+    env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(base),
            "POOL_LEASE_S": "3", "POOL_HEARTBEAT_S": "0.5", "POOL_RESCUE_S": "1"}  # fmt: skip
     launch = subprocess.Popen(
         [sys.executable, "-m", "pool_queue.commands.launch", "--step", "1", "--sim", "--sim-speed", "2", "--burst"],
@@ -360,7 +389,7 @@ def test_launcher_restarts_a_worker_killed_mid_screen(pool_root, redis_url):
     while not store.segments(1) or store.index(1).num_rows < 40:
         assert time.monotonic() < deadline and launch.poll() is None
         time.sleep(0.2)
-    mine = f"workers.main --server http://127.0.0.1:{port0} "
+    mine = f"workers.main --server http://127.0.0.1:{base} "
     pid = subprocess.run(["pgrep", "-f", mine], capture_output=True, text=True).stdout.split()
     assert len(pid) == 1
     os.kill(int(pid[0]), 9)
@@ -373,8 +402,8 @@ def test_launcher_restarts_a_worker_killed_mid_screen(pool_root, redis_url):
 def test_a_launch_stopped_while_its_servers_start_leaves_none_behind(pool_root, redis_url):
     """SIGTERM while one GPU's servers come up one after the other (each takes 3 s here): the launch ends,
     the started server is stopped and the next one is never started."""
-    port0 = free_port()
-    env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(port0)}
+    base = port0()
+    env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(base)}
     argv = [sys.executable, "-m", "pool_queue.commands.launch", "--sim", "--sim-gpu-gib", "141", "--sim-warmup-s", "3"]
     launch = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert launch.stdout is not None
@@ -384,7 +413,7 @@ def test_a_launch_stopped_while_its_servers_start_leaves_none_behind(pool_root, 
     launch.send_signal(15)
     out, err = launch.communicate(timeout=120)
     assert "gpu0-s3 healthy" not in out, out + err[-2000:]
-    mine = subprocess.run(["pgrep", "-f", f"pool_queue.sim .*--port ({port0}|{port0 + 1}) "], capture_output=True)
+    mine = subprocess.run(["pgrep", "-f", f"pool_queue.sim .*--port ({base}|{base + 1}) "], capture_output=True)
     assert mine.stdout == b"", "a simulated server outlived its launch"
 
 
@@ -511,7 +540,7 @@ def test_pool_launch_screens_a_small_pool_on_real_vllm_servers(tmp_path, procs):
     with tempfile.TemporaryDirectory(prefix="pqv") as short:  # vLLM's IPC sockets in TMPDIR: 107 characters at most
         env = {**os.environ, **vllm_server_env(Path(short)), "POOL_ROOT": str(root), "NGPU": "1",
                "CUDA_VISIBLE_DEVICES": "0", "REDIS_URL": procs.redis(free_port(), tmp_path / "redis"),
-               "PORT0": str(free_port()), "VLLM": str(wrapper), "HF_HUB_CACHE": str(snaps[1].parents[2]),
+               "PORT0": str(port0()), "VLLM": str(wrapper), "HF_HUB_CACHE": str(snaps[1].parents[2]),
                "VLLM_CPU_KVCACHE_SPACE": "1"}  # fmt: skip
         out = launched([sys.executable, "-m", "pool_queue.commands.launch", "--burst"], env, root, timeout=1500)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -562,7 +591,7 @@ def test_a_bad_flag_is_refused_the_same_with_or_without_plan_only(pool_root, arg
 def test_a_gpu_too_small_for_the_8b_is_refused_before_any_server_and_a_small_one_is_warned_about(pool_root, redis_url):
     """24 GiB at GPU_UTIL 0.85 leave the 8B no KV cache: one line naming the memory, the weights and what is
     left, exit 2, no server started. 16 GiB hold the 2B with a small KV cache: a warning, and step 3 runs."""
-    env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(free_port())}
+    env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(port0())}
     launch = [sys.executable, "-m", "pool_queue.commands.launch", "--sim", "--burst"]
     small = subprocess.run([*launch, "--sim-gpu-gib", "24"], env=env, capture_output=True, text=True, timeout=120)
     assert small.returncode == 2 and small.stderr.count("\n") == 1, small.stderr
