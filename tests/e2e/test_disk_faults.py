@@ -14,9 +14,7 @@ import resource
 import shutil
 import signal
 import socket
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -63,13 +61,7 @@ def test_a_disk_gone_read_only_mid_write_leaves_no_torn_line_once_writes_work_ag
     argv = ["strace", "-f", "--seccomp-bpf", "-qq", "-e", "signal=none", "-o", str(trace), "-e", "trace=ftruncate",
             "-e", f"inject=ftruncate:error=EROFS:delay_exit={CUT_DELAY_US}:when=1",
             sys.executable, "-m", "workers.main", "--server", a, "--name", "wdisk", "--steps", "1"]  # fmt: skip
-    # its log goes to a pipe, which no file-size limit touches
-    proc = subprocess.Popen(argv, env={**os.environ, **stack.env, **FAST}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-    stack.procs.children["wdisk"] = proc
-    out: list[bytes] = []
-    threading.Thread(target=lambda: out.extend(iter(proc.stdout.readline, b"")), daemon=True).start()  # type: ignore[union-attr]
-    log = lambda: b"".join(out).decode(errors="replace")  # noqa: E731
+    proc, log = stack.piped_worker("wdisk", argv, FAST)
     wait_for(lambda: rows_in(segments_of(stack, "wdisk")) >= 16 and jobs_of(stack, "wdisk") > 0, 180, log)
 
     worker = writer_pid(segments_of(stack, "wdisk")[0])  # strace's child

@@ -9,9 +9,7 @@ import os
 import resource
 import signal
 import socket
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -103,12 +101,7 @@ def test_a_results_disk_that_refuses_rows_holds_the_worker_and_loses_nothing(sta
     b = stack.sim("simB", "qwen3-vl-8b", "--max-num-seqs", "2", "--speed", "0.15")
     stack.enqueue(1, chunk_size=8)
     argv = [sys.executable, "-m", "workers.main", "--server", a, "--name", "wdisk", "--steps", "1"]
-    proc = subprocess.Popen(argv, env={**os.environ, **stack.env, **FAST}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-    stack.procs.children["wdisk"] = proc
-    out: list[bytes] = []
-    threading.Thread(target=lambda: out.extend(iter(proc.stdout.readline, b"")), daemon=True).start()  # type: ignore[union-attr]
-    log = lambda: b"".join(out).decode(errors="replace")  # noqa: E731
+    proc, log = stack.piped_worker("wdisk", argv, FAST)
     stack.worker("wb", b, "--steps", "1", "--inflight", "2", env=FAST)
     wait_for(lambda: rows_by(stack, "wdisk") >= 16 and jobs_of(stack, "wdisk") > 0, 120, log)
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)

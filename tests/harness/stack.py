@@ -6,7 +6,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from redis import Redis
@@ -63,6 +65,20 @@ class Stack:
     def worker(self, name: str, server: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         argv = [sys.executable, "-m", "workers.main", "--server", server, "--name", name, *args]
         return self.procs.start(name, argv, env={**self.env, **(env or {})})
+
+    def piped_worker(
+        self, name: str, argv: list[str], env: dict[str, str]
+    ) -> tuple[subprocess.Popen[bytes], Callable[[], str]]:
+        """Start `argv` (a worker, maybe under a wrapper) with its log on a pipe, which no file-size limit on
+        the test's files touches; returns the process and a reader of its log so far."""
+        proc = subprocess.Popen(argv, env={**os.environ, **self.env, **env}, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        self.procs.children[name] = proc
+        out: list[bytes] = []
+        pipe = proc.stdout
+        assert pipe is not None
+        threading.Thread(target=lambda: out.extend(iter(pipe.readline, b"")), daemon=True).start()
+        return proc, lambda: b"".join(out).decode(errors="replace")
 
     def enqueue(
         self, step: int, chunk_size: int = 64, limit: int | None = None, results: Path | None = None
