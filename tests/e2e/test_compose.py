@@ -261,7 +261,9 @@ def test_a_second_host_joins_and_a_partition_a_pause_and_a_lost_host_lose_nothin
     keep forwarding and writing rows, then the network back; a pause past the lease, then unpause; a kill.
     After each, the jobs it held run again elsewhere with no manual step; at the end every step equals the
     queue-free reference and the audit is clean (no lost item, no repeat that disagrees)."""
-    env = _env(images, pool_root, SIM_SPEED="0.02", POOL_CHUNK_SIZE="8")  # jobs enough for two hosts, for minutes
+    # slow servers and few jobs per worker (16 in flight, 8 items a job): both hosts hold jobs in every phase for
+    # minutes, and a step-3 request that misses the frame cache (~37 s here) stays inside the request timeout
+    env = _env(images, pool_root, SIM_SPEED="0.25", WORKERS="16", POOL_CHUNK_SIZE="8")
     h1 = Project(f"pq-h1-{os.getpid()}", env)
     joined = tmp_path / "second-host.yml"  # one engine: the second project uses the first's cluster network
     joined.write_text("networks:\n  cluster:\n    external: true\n")
