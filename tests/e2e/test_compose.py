@@ -1,7 +1,8 @@
 """docker-compose.yml on a real Docker engine: the node image built from a Debian base (deploy/base-image.sh)
 and a wheelhouse, no registry; the simulated servers in the node service (POOL_SIM=1).
 
-Images are built once per content (tag = hash of the Dockerfile, the sources and the wheelhouse) and reused.
+Images are built once per content (tag = hash of the Dockerfile, the sources and the wheelhouse) and reused;
+the ones these tests made for an older content are removed.
 Without an engine that answers, or without a base and the means to make one, the tests skip with one line.
 """
 
@@ -91,7 +92,20 @@ def images() -> dict[str, str]:
         out = _run("docker", "build", "-q", "-f", str(REPO / "deploy/Dockerfile"), "--build-arg",
                    f"BASE_IMAGE={base}", "-t", node, str(REPO), timeout=1800)  # fmt: skip
         assert out.returncode == 0, out.stderr[-3000:]
+    _drop_older(node)
+    _drop_older(base)
     return {"BASE_IMAGE": base, "POOL_IMAGE": node}
+
+
+def _drop_older(keep: str) -> list[str]:
+    """Remove the images these tests made for older contents (same name, a hex tag as long as `keep`'s), and
+    say which. On a vfs engine each is gigabytes, and every change of the sources makes a new one."""
+    name, tag = keep.split(":")
+    listed = _run("docker", "images", "--format", "{{.Repository}}:{{.Tag}}", name).stdout.split()
+    older = [i for i in listed if i != keep and re.fullmatch(rf"{name}:[0-9a-f]{{{len(tag)}}}", i)]
+    for image in older:
+        _run("docker", "rmi", image)
+    return older
 
 
 class Project:
@@ -176,6 +190,21 @@ def _plan(project: Project, service: str) -> dict[int, int]:
     """REMAINING_TOTAL per step, as `pool-enqueue --step all --plan-only` says it inside the stack."""
     out = project("exec", "-T", service, "pool-enqueue", "--step", "all", "--plan-only").stdout
     return {int(m[0]): int(m[1]) for m in re.findall(r"STEP=(\d+) REMAINING_TOTAL=(\d+)", out)}
+
+
+def test_the_images_made_for_an_older_content_are_removed_and_no_other(images):
+    """Only these tests' own older images go: a name of the same shape is dropped, the current image and a
+    tag of another shape (a user's own `pool-queue:NAME`) stay."""
+    node = images["POOL_IMAGE"]
+    older, mine = "pool-queue:" + "0" * 16, f"pool-queue:mine-{os.getpid()}"
+    for tag in (older, mine):
+        assert _run("docker", "tag", node, tag).returncode == 0
+    try:
+        assert _drop_older(node) == [older]
+        present = _run("docker", "images", "--format", "{{.Repository}}:{{.Tag}}", "pool-queue").stdout.split()
+        assert node in present and mine in present and older not in present
+    finally:
+        _run("docker", "rmi", mine)
 
 
 def test_the_demo_profile_screens_every_step_and_rq_info_counts_each_workers_jobs(images, tmp_path):
