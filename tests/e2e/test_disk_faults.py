@@ -29,10 +29,13 @@ BIN = Path(sys.executable).parent
 CUT_DELAY_US = 15_000_000  # the refused cut-back is held this long: time to see the torn tail and shut the disk
 
 
-def wait_for(what: Callable[[], bool], timeout: float, why: Callable[[], str] = lambda: "") -> None:
-    deadline = time.monotonic() + timeout
+def wait_for(
+    what: Callable[[], bool], timeout: float | Callable[[], float], why: Callable[[], str] = lambda: ""
+) -> None:
+    """Wait until `what`; a callable `timeout` is asked again at each look (a bound that grows as faults are seen)."""
+    start = time.monotonic()
     while not what():
-        assert time.monotonic() < deadline, why()
+        assert time.monotonic() < start + (timeout() if callable(timeout) else timeout), why()
         time.sleep(0.05)
 
 
@@ -66,13 +69,10 @@ def test_a_disk_gone_read_only_mid_write_leaves_no_torn_line_once_writes_work_ag
     proc, log = stack.piped_worker("wdisk", argv, FAST)
     refused = lambda: [int(n) for n in re.findall(r"ftruncate\(\d+, (\d+)\).*INJECTED", trace.read_text())]  # noqa: E731
 
-    def wait_past_refusals(what: Callable[[], bool], base: float, why: Callable[[], str]) -> None:
-        """Wait `base` seconds plus the hold of each refused ftruncate so far and of one in flight (strace writes
-        a refused call's line once its hold ends); at most one refusal per worker thread, so the wait is bounded."""
-        start = time.monotonic()
-        while not what():
-            assert time.monotonic() < start + base + (len(refused()) + 1) * CUT_DELAY_US / 1e6, why()
-            time.sleep(0.05)
+    def past_refusals(base: float) -> Callable[[], float]:
+        """`base` seconds plus the hold of each refused ftruncate so far and of one in flight (strace writes a
+        refused call's line once its hold ends); at most one refusal per worker thread, so the bound is finite."""
+        return lambda: base + (len(refused()) + 1) * CUT_DELAY_US / 1e6
 
     wait_for(lambda: rows_in(segments_of(stack, "wdisk")) >= 16 and jobs_of(stack, "wdisk") > 0, 180, log)
 
@@ -101,14 +101,14 @@ def test_a_disk_gone_read_only_mid_write_leaves_no_torn_line_once_writes_work_ag
     assert proc.poll() is None
 
     resource.prlimit(worker, resource.RLIMIT_FSIZE, (soft, hard))  # writes work again
-    wait_past_refusals(lambda: "taking work again" in log(), 60, log)
+    wait_for(lambda: "taking work again" in log(), past_refusals(60), log)
     want = expected(stack.root)
     done = lambda: all(len(stack.winners(step)) == len(want[step]) for step in (1, 2, 3))  # noqa: E731
     wait_for(done, 300, lambda: log() + stack.log("wb"))
     # a batch whose job was handed back when the disk went may still fail after the hold cleared (its refused
     # cut-back held by strace): its error reaches no job, and the worker holds again until that line is cut
     whole = lambda: all(s.read_bytes().endswith(b"\n") for s in segments_of(stack, "wdisk") if s.stat().st_size)  # noqa: E731
-    wait_past_refusals(whole, 30, log)
+    wait_for(whole, past_refusals(30), log)
 
     text = log()
     assert seg.read_bytes() == kept, "the partial line is cut, and nothing acknowledged before it is touched"
