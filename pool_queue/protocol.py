@@ -26,6 +26,15 @@ LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 MAX_OPTIONS = len(LETTERS)
 
 
+def image_part(url: str, uuid: str | None = None) -> dict[str, Any]:
+    """A frame of a conversation. With `uuid` (a content hash) a server with a processor cache processes it
+    once; an empty `url` with a `uuid` asks that server for the frame it cached under that uuid."""
+    part: dict[str, Any] = {"type": "image_url", "image_url": {"url": url}}
+    if uuid is not None:
+        part["uuid"] = uuid
+    return part
+
+
 class ProtocolError(InputError, ValueError):
     """A protocol file that cannot be used; the message is one line naming the file and the field."""
 
@@ -164,14 +173,23 @@ class Protocol(BaseModel):
         self, step: int, question: str, options: Sequence[str], image_urls: Sequence[str] = ()
     ) -> dict[str, Any]:
         """The chat-completion body of one forward, exactly as protocol v1 fixes it."""
-        content: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": u}} for u in image_urls]
-        content.append({"type": "text", "text": self.prompt_text(question, options)})
+        parts = [image_part(u) for u in image_urls]
+        return {"model": self.steps[step].served_name, "messages": self.messages(question, options, parts),
+                **self.sampling}  # fmt: skip
+
+    def batch_body(self, step: int, conversations: Sequence[list[dict[str, Any]]]) -> dict[str, Any]:
+        """One /v1/chat/completions/batch body: several forwards' `messages`, the same sampling for each."""
+        return {"model": self.steps[step].served_name, "messages": list(conversations), **self.sampling}
+
+    def messages(self, question: str, options: Sequence[str], images: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One forward's conversation: the frames' parts, the question, and the prefilled answer."""
+        content = [*images, {"type": "text", "text": self.prompt_text(question, options)}]
+        return [{"role": "user", "content": content}, {"role": "assistant", "content": self.assistant_prefill}]
+
+    @property
+    def sampling(self) -> dict[str, Any]:
+        """What every forward asks of the server: continue the prefill by one token, its top-k log-probs."""
         return {
-            "model": self.steps[step].served_name,
-            "messages": [
-                {"role": "user", "content": content},
-                {"role": "assistant", "content": self.assistant_prefill},
-            ],
             "continue_final_message": True,
             "add_generation_prompt": False,
             "max_tokens": 1,

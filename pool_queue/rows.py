@@ -31,9 +31,10 @@ class ForwardRecord(BaseModel):
     margin: float
     hit: bool
     top: list[tuple[str, float]]  # raw top-k (token, logprob), as the server sent it
-    prompt_tokens: int | None = None
+    prompt_tokens: int | None = None  # None when the server's answer has no per-forward count (a batch)
     attempts: int = 1
     latency_s: float = 0.0
+    sent: Literal["single", "batch"] = "single"  # its own request, or one conversation of a batch request
 
 
 class Row(BaseModel):
@@ -86,6 +87,7 @@ FORWARD = pa.struct(
         ("prompt_tokens", pa.int32()),
         ("attempts", pa.int32()),
         ("latency_s", pa.float64()),
+        ("sent", pa.string()),
     ]
 )
 ROW_SCHEMA = pa.schema(

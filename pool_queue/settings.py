@@ -82,6 +82,11 @@ class Settings(BaseSettings):
         default="adjacent",  # H200, 448-px JPEG frames, 3 items per video: 29.8 items/s adjacent, 21.1 serial (h200.md)
         description="steps with frames: a video's items all at once; or its first, then its siblings once answered",
     )
+    batch: Literal["auto", "off"] = Field(
+        default="auto",
+        description="auto: where the server lists /v1/chat/completions/batch, a video's items (step 1: an item's "
+        "orders) go as one batch request, siblings' frames by uuid from its processor cache; off: one per forward",
+    )
     metrics_port: int | None = Field(default=None, ge=0, le=65535, description="worker /metrics port; 0 = any")
 
     # Recovery: a dead worker's jobs are back within lease_s + rescue_s of its last heartbeat.

@@ -10,9 +10,11 @@ not charged to the item: the client waits for /health and sends again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,7 @@ from .transport import SlimTransport
 from .waiting import Note, Stop
 
 log = logging.getLogger(__name__)
+BATCH_PATH = "/v1/chat/completions/batch"
 
 
 class ForwardError(ItemFailure):
@@ -53,6 +56,10 @@ class ServerUnreachable(SetupError):
     """At start: no vLLM answered within the wait, or something answered that is not an HTTP server."""
 
 
+class BatchFailed(Exception):
+    """A batch request that did not answer every conversation: its items are sent again one by one."""
+
+
 class _Transient(Exception):
     pass
 
@@ -63,6 +70,7 @@ class Answer:
     prompt_tokens: int | None
     attempts: int
     latency_s: float
+    batch: bool = False  # one conversation of a batch request
 
 
 def _error_text(resp: httpx.Response) -> str:
@@ -78,17 +86,38 @@ def _error_text(resp: httpx.Response) -> str:
 
 def parse_answer(content: bytes) -> tuple[list[tuple[str, float]], int | None]:
     """Top-k of the first generated token, in the order sent, and usage.prompt_tokens."""
+    body, choices = _choices(content)
+    usage = body.get("usage") or {}
+    return _top(choices[0]), usage.get("prompt_tokens")
+
+
+def parse_batch(content: bytes, n: int) -> tuple[list[list[tuple[str, float]]], int | None]:
+    """Top-k of each conversation of a batch answer, by the choice's `index`, and the batch's prompt tokens
+    (its `usage` sums every conversation: no conversation's own count is known)."""
+    body, choices = _choices(content)
+    by_index = {c.get("index"): c for c in choices if isinstance(c, dict)}
+    if set(by_index) != set(range(n)) or len(choices) != n:
+        raise _Transient(f"malformed batch response: {len(choices)} choice(s) for {n} conversations")
+    usage = body.get("usage") or {}
+    return [_top(by_index[i]) for i in range(n)], usage.get("prompt_tokens")
+
+
+def _choices(content: bytes) -> tuple[dict[str, Any], list[Any]]:
     try:
         body = orjson.loads(content)
-        choice = body["choices"][0]
-    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as e:
+        choices = body["choices"]
+    except (orjson.JSONDecodeError, KeyError, TypeError) as e:
         raise _Transient(f"malformed response: {e}") from e
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise _Transient("malformed response: no choices")
+    return body, choices
+
+
+def _top(choice: dict[str, Any]) -> list[tuple[str, float]]:
     lp = choice.get("logprobs")
     if not lp or not lp.get("content") or not lp["content"][0].get("top_logprobs"):
         raise ForwardError("response has no logprobs (is the server vLLM with --max-logprobs >= 20?)")
-    top = [(str(t["token"]), float(t["logprob"])) for t in lp["content"][0]["top_logprobs"]]
-    usage = body.get("usage") or {}
-    return top, usage.get("prompt_tokens")
+    return [(str(t["token"]), float(t["logprob"])) for t in lp["content"][0]["top_logprobs"]]
 
 
 class VLLMClient:
@@ -115,6 +144,7 @@ class VLLMClient:
             base_url=self.base_url, headers=headers, transport=self.transport, timeout=timeout
         )
         self._forward_url = httpx.URL(self.base_url + "/v1/chat/completions")
+        self._batch_url = httpx.URL(self.base_url + BATCH_PATH)
         self._forward_headers = httpx.Headers(headers)
         self._probe: asyncio.Task[bool] | None = None
         self.outage_s = 0.0  # time spent waiting for a down server
@@ -224,15 +254,40 @@ class VLLMClient:
 
     # ---- forwards -------------------------------------------------------------------------------
 
-    async def _post(self, body: bytes) -> tuple[list[tuple[str, float]], int | None]:
+    async def batch_endpoint(self) -> bool:
+        """Whether the server has the batch endpoint (vLLM 0.22 and later), as its /openapi.json lists it;
+        never guessed from a 404, which vLLM also answers for a model it does not serve."""
+        try:
+            r = await self.http.get("/openapi.json", timeout=15.0)
+            paths = orjson.loads(r.content).get("paths") if r.status_code == 200 else None
+        except (httpx.HTTPError, orjson.JSONDecodeError, AttributeError):
+            return False
+        return isinstance(paths, dict) and BATCH_PATH in paths
+
+    @contextlib.contextmanager
+    def _awaited(self) -> Iterator[None]:
+        """A request out: while any is, the time since the last answer counts as silence."""
+        if not self._waiting:
+            self._quiet_from = time.monotonic()
+        self._waiting += 1
+        try:
+            yield
+        finally:
+            self._waiting -= 1
+
+    async def _request(self, url: httpx.URL, body: bytes) -> httpx.Response:
         try:
             r = await self.transport.handle_async_request(
-                httpx.Request("POST", self._forward_url, headers=self._forward_headers, content=body)
+                httpx.Request("POST", url, headers=self._forward_headers, content=body)
             )
         except httpx.HTTPError as e:
             raise _Transient(f"{type(e).__name__}: {e}") from e
         if r.status_code != 429 and r.status_code < 500:
             self._answered()  # an answer, even a refusal: the server is there
+        return r
+
+    async def _post(self, body: bytes) -> tuple[list[tuple[str, float]], int | None]:
+        r = await self._request(self._forward_url, body)
         if r.status_code == 200:
             return parse_answer(r.content)
         text = _error_text(r)
@@ -246,10 +301,7 @@ class VLLMClient:
         """Send until it succeeds, fails permanently, or uses up its attempts (outages not counted)."""
         attempts = 0
         t0 = time.monotonic()
-        if not self._waiting:
-            self._quiet_from = t0
-        self._waiting += 1
-        try:
+        with self._awaited():
             while True:
                 try:
                     top, tokens = await self._post(body)
@@ -263,5 +315,27 @@ class VLLMClient:
                     if attempts >= self.max_attempts:
                         raise RetriesExhausted(f"{e} (after {attempts} attempts)", attempts) from e
                     await asyncio.sleep(self.backoff_s * 2 ** (attempts - 1) * (0.5 + random.random()))
-        finally:
-            self._waiting -= 1
+
+    async def forward_batch(self, body: bytes, n: int) -> tuple[list[Answer], int | None]:
+        """One batch of `n` conversations, sent once (an outage is waited out, as for a forward). Any failure
+        is a BatchFailed: the caller sends the conversations again one by one, so that no item pays for
+        another's fault. Its answers carry no prompt tokens: the batch's usage, returned beside them, sums
+        every conversation."""
+        t0 = time.monotonic()
+        with self._awaited():
+            while True:
+                try:
+                    r = await self._request(self._batch_url, body)
+                except _Transient as e:
+                    if not await self._server_up():
+                        await self.wait_up()
+                        continue
+                    raise BatchFailed(str(e)) from e
+                if r.status_code != 200:
+                    raise BatchFailed(f"HTTP {r.status_code}: {_error_text(r)}")
+                try:
+                    tops, tokens = parse_batch(r.content, n)
+                except (_Transient, ForwardError) as e:
+                    raise BatchFailed(str(e)) from e
+                took = time.monotonic() - t0
+                return [Answer(top, None, 1, took, batch=True) for top in tops], tokens

@@ -119,6 +119,12 @@ async def _main(argv: list[str] | None) -> int:
             steps = wanted
         store.claim()
         w = _worker(a, s, protocol, items, store, client, server, steps, wait_redis, stop)
+        w.screener.batch = s.batch == "auto" and await client.batch_endpoint()
+        log.info(
+            "%s: %s", w.name, "batch requests (the server lists /v1/chat/completions/batch): a video's items "
+            "together, siblings' frames by uuid" if w.screener.batch else f"one request per forward (batch={s.batch}"
+            ", or the server's /openapi.json lists no /v1/chat/completions/batch)",
+        )  # fmt: skip
         gc.collect()
         gc.freeze()  # start-up objects (the item table's Python side, modules) leave the collector's scans
         return await w.run(burst=a.burst)

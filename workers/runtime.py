@@ -12,7 +12,6 @@ import contextlib
 import logging
 import secrets
 import socket
-from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -40,11 +39,13 @@ from .holds import Holds, can_write
 from .metrics import Metrics
 from .redis_link import RedisGone, RedisLink
 from .screen import Identity, Item, Screener, VideoSend
+from .slots import Slots
 from .upkeep import Counters
 from .waiting import Stop, Stopped
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+NOT_IN_TABLE = "item not in the item table (changed since it was enqueued?)"
 HOLD_PROBE_S = 2.0  # how often a held worker probes its server or its disk
 
 
@@ -91,7 +92,7 @@ class Worker:
         self.poll_s = poll_s
         self.queues = [screen.queue(s) for s in sorted(steps, reverse=True)]  # later steps first
         self.all_queues = [screen.queue(s) for s in protocol.steps]
-        self.inflight = asyncio.Semaphore(max_inflight)
+        self.inflight = Slots(max_inflight)
         spec = protocol.steps[steps[0]]
         self.screener = Screener(
             protocol,
@@ -123,7 +124,6 @@ class Worker:
         self.last_error: str | None = None
         self.rate = presence.RateWindow()
         self.cache = prefix_cache.Meter.for_worker(store.root, name, server)
-        self.step_tokens: Counter[int] = Counter()  # prompt tokens answered since the last cache read
         self.rq: RQWorker  # made in run(): its constructor already talks to Redis
 
     def _rq_worker(self) -> RQWorker:
@@ -269,14 +269,13 @@ class Worker:
             todo = [i for i in ids if i not in skip]
             n_fw = self.protocol.steps[step].n_orders
             found = self._items(todo)
-            if self.protocol.steps[step].frames != "none":  # a video's items together: vLLM reuses its frames
-                todo.sort(key=lambda i: found[i].video_id if i in found else "")
-            each = [asyncio.ensure_future(self._screen(step, i, found.get(i))) for i in todo]
-            self.backlog += n_fw * len(each)
-            for t in each:  # a done-callback runs even for an item cancelled before it started (a hand-back)
-                t.add_done_callback(partial(self._answered, n_fw))
-            self._release(lease.job.id)  # from here its items count, each until answered
-            rows = await asyncio.gather(*each)
+            groups = self._groups(step, todo, found)
+            each = [asyncio.ensure_future(self._screen(step, g, found)) for g in groups]
+            self.backlog += n_fw * len(todo)
+            for t, g in zip(each, groups, strict=True):  # a done-callback runs even for a task cancelled unstarted
+                t.add_done_callback(partial(self._answered, n_fw * len(g)))
+            self._release(lease.job.id)  # from here its items count, each group until answered
+            rows = [r for group in await asyncio.gather(*each) for r in group]
             if self.fatal is not None and not isinstance(self.fatal, RedisGone):
                 raise self.fatal
             dumped = [r.model_dump(mode="json") for r in rows]
@@ -325,28 +324,40 @@ class Worker:
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.reader, partial(fn, *args))
 
-    async def _screen(self, step: int, item_id: str, item: Item | None) -> Row:
+    def _groups(self, step: int, ids: list[str], found: dict[str, Item]) -> list[list[str]]:
+        """The job's items as the screener sends them: a video's items together where the server takes
+        batches (one request), else one by one; either way a video's items adjacent, as vLLM then reuses
+        its frames. Ids the item table lacks go alone."""
+        if self.protocol.steps[step].frames == "none":
+            return [[i] for i in ids]
+        by_video: dict[str, list[str]] = {}
+        for i in ids:
+            by_video.setdefault(found[i].video_id if i in found else "", []).append(i)
+        loose = by_video.pop("", [])
+        if not self.screener.batch:
+            return [[i] for v in sorted(by_video) for i in by_video[v]] + [[i] for i in loose]
+        return [by_video[v] for v in sorted(by_video)] + [[i] for i in loose]
+
+    async def _screen(self, step: int, ids: list[str], found: dict[str, Item]) -> list[Row]:
+        """Rows of a group of items (one, or a video's), whatever happens to them."""
         try:
-            if item is None:
-                why = "item not in the item table (changed since it was enqueued?)"
-                row = self.screener.error_row(step, item_id, why, "bad_input")
-            else:
-                row = await self.screener.screen(step, item)
-        except ServerMisconfigured as e:  # the job is given back whole: this row is never written
+            rows = [self.screener.error_row(step, i, NOT_IN_TABLE, "bad_input") for i in ids if i not in found]
+            rows += await self.screener.screen_group(step, [found[i] for i in ids if i in found])
+        except ServerMisconfigured as e:  # the job is given back whole: these rows are never written
             self._stop(e)
-            row = self.screener.error_row(step, item_id, str(e), "internal")
-        except Exception as e:  # reading the item table itself failed: a bug, this item only
-            log.exception("%s: item %s, step %s: internal error", self.name, item_id, step)
-            row = self.screener.error_row(step, item_id, f"{type(e).__name__}: {e}", "internal")
-        self.count.items += 1
-        self.count.forwards += len(row.forwards)
-        self.count.errors += row.status == "error"
-        self.count.removed += bool(row.removed)
-        self.step_tokens[step] += sum(f.prompt_tokens or 0 for f in row.forwards)
-        self.metrics.observe(row, self.client.retries)
-        if row.status == "error":
-            self.last_error = f"{row.item_id}: {row.error}"[:300]
-        return row
+            rows = [self.screener.error_row(step, i, str(e), "internal") for i in ids]
+        except Exception as e:  # reading the item table itself failed: a bug, these items only
+            log.exception("%s: items %s, step %s: internal error", self.name, ids[:3], step)
+            rows = [self.screener.error_row(step, i, f"{type(e).__name__}: {e}", "internal") for i in ids]
+        for row in rows:
+            self.count.items += 1
+            self.count.forwards += len(row.forwards)
+            self.count.errors += row.status == "error"
+            self.count.removed += bool(row.removed)
+            self.metrics.observe(row, self.client.retries)
+            if row.status == "error":
+                self.last_error = f"{row.item_id}: {row.error}"[:300]
+        return rows
 
     def _items(self, ids: list[str]) -> dict[str, Item]:
         """A job's items, with one take() from the item table (ids it does not know are left out)."""

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -15,13 +17,16 @@ import orjson
 
 from pool_queue.errors import ItemFailure
 from pool_queue.frames import DEFAULT_MAX_PIXELS, FrameEncoder, FrameError, find_frames
-from pool_queue.protocol import LETTERS, Forward, Protocol
+from pool_queue.protocol import LETTERS, Forward, Protocol, image_part
 from pool_queue.rows import ErrorKind, ForwardRecord, Row
 
-from .client import Answer, ServerMisconfigured, VLLMClient
+from .client import Answer, BatchFailed, ServerMisconfigured, VLLMClient
+from .slots import Slots
 
 log = logging.getLogger(__name__)
 VideoSend = Literal["adjacent", "serial"]
+CACHE_MISS = "Cache miss"  # vLLM's text for a uuid-only frame its processor cache does not hold
+MISS_STREAK = 3  # batches failed so in a row: the server keeps no cache, siblings carry their frames again
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,25 @@ class Item:
     question: str
     options: list[str]
     gold: int
+
+
+@dataclass(frozen=True)
+class Frames:
+    """A video's frames of one step, prepared once for all its items, each with a content uuid."""
+
+    urls: list[str]
+    uuids: list[str]
+    idx: list[int]
+    n_total: int
+
+    def parts(self, sent: bool) -> list[dict[str, Any]]:
+        """The image parts of one conversation: the frames themselves, or their uuids alone."""
+        return [image_part(u if sent else "", h) for u, h in zip(self.urls, self.uuids, strict=True)]
+
+
+def content_id(url: str) -> str:
+    """A frame's uuid: a hash of exactly the bytes sent, so equal uuids are equal frames."""
+    return hashlib.blake2b(url.encode(), digest_size=16).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -52,7 +76,7 @@ class Screener:
         client: VLLMClient,
         frames_dir: Path,
         who: Identity,
-        inflight: asyncio.Semaphore,
+        inflight: Slots,
         max_frame_pixels: int = DEFAULT_MAX_PIXELS,
         fault_items: frozenset[str] = frozenset(),
         video_send: VideoSend = "adjacent",
@@ -67,6 +91,11 @@ class Screener:
         self.fault_items = fault_items  # tests only: these items raise inside the worker
         self.serial = video_send == "serial"  # a video's first item alone, then its siblings on a warm cache
         self.first_of: dict[str, asyncio.Event] = {}  # video -> set when its first item is answered
+        self.batch = False  # the server has the batch endpoint: a video's items go as one request
+        self.refs = True  # in a batch, siblings name the frames by uuid only (the server's processor cache)
+        self.misses = 0  # batches failed in a row on a uuid the server's cache did not hold
+        self.fallbacks = 0  # batches sent again one request per forward
+        self.tokens: Counter[int] = Counter()  # prompt tokens answered per step, since the cache meter's last read
 
     def _images(self, step: int, item: Item) -> tuple[list[str], list[int], int]:
         """Data URLs of the step's frames (runs in a thread: decoding and resizing is CPU work)."""
@@ -74,13 +103,15 @@ class Screener:
         idx = self.protocol.frame_indices(step, len(frames))
         return [self.encoder.data_url(frames[i]) for i in idx], idx, len(frames)
 
-    async def _send(self, raw: bytes) -> Answer:
-        async with self.inflight:
+    async def _send(self, step: int, raw: bytes) -> Answer:
+        async with self.inflight.take():
             self.in_flight += 1
             try:
-                return await self.client.forward(raw)
+                answer = await self.client.forward(raw)
             finally:
                 self.in_flight -= 1
+        self.tokens[step] += answer.prompt_tokens or 0
+        return answer
 
     def error_row(
         self, step: int, item: Item | str, error: str, kind: ErrorKind, started: float | None = None, **more: Any
@@ -121,13 +152,94 @@ class Screener:
             if item.item_id in self.fault_items:
                 raise RuntimeError("injected fault (POOL_FAULT_ITEMS, tests only)")
             async with self._video_turn(item.video_id if idx else None):
-                answers = await asyncio.gather(*(self._send(r) for r in raws), return_exceptions=True)
+                answers = await asyncio.gather(*(self._send(step, r) for r in raws), return_exceptions=True)
             return self._judge(step, item, orders, answers, idx, n_total, started)
         except ServerMisconfigured:
             raise
         except Exception as e:  # a bug of ours: the item gets a row saying so, the chunk goes on
             log.exception("item %s, step %s: internal error", item.item_id, step)
             return self.error_row(step, item, f"{type(e).__name__}: {e}", "internal", started)
+
+    async def screen_group(self, step: int, items: list[Item]) -> list[Row]:
+        """Items of one video (or one item alone): batch requests where the server has the endpoint and
+        there is more than one forward to send together, else each item's own requests."""
+        n = len(items) * self.protocol.steps[step].n_orders
+        if not self.batch or n < 2:
+            return await self._each(step, items)
+        try:
+            frames = await self._frames(step, items[0])
+        except Exception:  # each item meets the same problem on its own path and gets its own row
+            return await self._each(step, items)
+        per = max(1, self.inflight.size // self.protocol.steps[step].n_orders)  # a batch within the bound
+        parts = [items[i : i + per] for i in range(0, len(items), per)]
+        return [r for rows in await asyncio.gather(*(self._batch(step, p, frames) for p in parts)) for r in rows]
+
+    async def _each(self, step: int, items: list[Item]) -> list[Row]:
+        return list(await asyncio.gather(*(self.screen(step, it) for it in items)))
+
+    async def _frames(self, step: int, item: Item) -> Frames:
+        if self.protocol.steps[step].frames == "none":
+            return Frames([], [], [], 0)
+        urls, idx, n_total = await asyncio.to_thread(self._images, step, item)
+        return Frames(urls, [content_id(u) for u in urls], idx, n_total)
+
+    async def _batch(self, step: int, items: list[Item], frames: Frames) -> list[Row]:
+        """One batch request: the first conversation carries the frames, each frame with its uuid, the
+        others the uuids alone, so the server processes the frames once. A batch that fails for any reason
+        is sent again as each item's own requests (frames, no uuid): no item pays for another's fault, and
+        a server whose cache lost a uuid is asked nothing of it."""
+        started = time.time()
+        conversations: list[list[dict[str, Any]]] = []
+        planned: list[tuple[Item, list[list[int]], int]] = []  # item, its orders, its first conversation
+        alone: list[Item] = []  # an item whose request cannot be made, or a test's fault: its own path says why
+        for it in items:
+            if it.item_id in self.fault_items:  # tests only: the fault is raised on the item's own path
+                alone.append(it)
+                continue
+            first = len(conversations)
+            try:
+                orders = self.protocol.orders(step, it.item_id, len(it.options))
+                for o in orders:
+                    images = frames.parts(sent=not conversations or not self.refs)
+                    conversations.append(self.protocol.messages(it.question, [it.options[i] for i in o], images))
+            except (ValueError, TypeError, KeyError, IndexError):
+                del conversations[first:]
+                alone.append(it)
+                continue
+            planned.append((it, orders, first))
+        if len(conversations) < 2:
+            return await self._each(step, items)
+        body = orjson.dumps(self.protocol.batch_body(step, conversations))
+        k = len(conversations)
+        try:
+            async with self.inflight.take(k):
+                self.in_flight += k
+                try:
+                    answers, tokens = await self.client.forward_batch(body, k)
+                finally:
+                    self.in_flight -= k
+        except BatchFailed as e:
+            self._fell_back(k, e)
+            return await self._each(step, items)
+        self.misses = 0
+        self.tokens[step] += tokens or 0
+        rows = [
+            self._judge(step, it, orders, answers[i : i + len(orders)], frames.idx, frames.n_total, started)
+            for it, orders, i in planned
+        ]
+        return rows + await self._each(step, alone)
+
+    def _fell_back(self, k: int, e: BatchFailed) -> None:
+        self.fallbacks += 1
+        log.warning("a batch of %d forwards failed (%s): sending them again one request each", k, e)
+        self.misses = self.misses + 1 if CACHE_MISS in str(e) else 0
+        if self.misses >= MISS_STREAK and self.refs:
+            self.refs = False
+            log.warning(
+                "%s: %d batches in a row missed a frame in its processor cache (is --mm-processor-cache-gb 0?): "
+                "from now on every conversation of a batch carries its frames",
+                self.client.base_url, self.misses,
+            )  # fmt: skip
 
     @contextlib.asynccontextmanager
     async def _video_turn(self, video_id: str | None) -> AsyncIterator[None]:
@@ -165,7 +277,7 @@ class Screener:
         step: int,
         item: Item,
         orders: list[list[int]],
-        answers: list[Answer | BaseException],
+        answers: Sequence[Answer | BaseException],
         idx: list[int],
         n_total: int,
         started: float,
@@ -214,4 +326,5 @@ def _record(order: list[int], ans: Answer, f: Forward) -> ForwardRecord:
         prompt_tokens=ans.prompt_tokens,
         attempts=ans.attempts,
         latency_s=round(ans.latency_s, 4),
+        sent="batch" if ans.batch else "single",
     )

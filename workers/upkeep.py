@@ -68,7 +68,6 @@ class Tended(Protocol):
     count: Counters
     rate: presence.RateWindow
     cache: prefix_cache.Meter
-    step_tokens: Counter[int]  # prompt tokens answered since the last cache read
     last_error: str | None
     metrics_url: str | None
 
@@ -132,7 +131,7 @@ async def read_cache(w: Tended) -> None:
 
 async def cache_share(w: Tended) -> None:
     counters = await w.client.prefix_cache()
-    tokens, w.step_tokens = dict(w.step_tokens), Counter()
+    tokens, w.screener.tokens = dict(w.screener.tokens), Counter()
     await asyncio.to_thread(w.cache.charge, counters, tokens)
 
 

@@ -25,6 +25,7 @@ from pool_queue.protocol import Protocol
 from pool_queue.synth import SynthConfig, generate
 from workers.client import VLLMClient
 from workers.screen import Identity, Item, Screener
+from workers.slots import Slots
 
 pytestmark = pytest.mark.vllm
 
@@ -82,13 +83,15 @@ def test_worker_screens_three_steps_end_to_end(servers, tmp_path, procs):
             assert r["n_perm"] == len(r["forwards"]) == P.steps[step].n_orders
             judged = []
             for f in r["forwards"]:
-                assert len(f["top"]) == 20 and f["prompt_tokens"] > 0 and f["attempts"] == 1
+                assert len(f["top"]) == 20 and f["attempts"] == 1
+                # a batch's usage sums its conversations: its forwards say so rather than invent a count
+                assert f["prompt_tokens"] is None if f["sent"] == "batch" else f["prompt_tokens"] > 0
                 top = [(t, v) for t, v in f["top"]]
                 j = P.judge_forward(top, n, f["order"].index(_gold(root, r["item_id"])))
                 assert math.isclose(j.margin, f["margin"]) and "ABCDEFGHIJ"[j.pred] == f["pred"]
                 judged.append(j)
             assert r["removed"] == P.removed(step, judged)
-            if step > 1:
+            if step > 1 and r["forwards"][0]["sent"] == "single":
                 per_image = (r["forwards"][0]["prompt_tokens"] - 40) / len(r["frame_indices"])
                 assert per_image > 60, r["forwards"][0]["prompt_tokens"]  # images really reached the model
         if step < 3:
@@ -108,15 +111,27 @@ def _gold(root: Path, item_id: str) -> int:
 
 
 def _screen(url: str, protocol: Protocol, step: int, item: Item, frames: Path):
+    return _group(url, protocol, step, [item], frames, batch=False)[0]
+
+
+def _group(url: str, protocol: Protocol, step: int, items: list[Item], frames: Path, batch: bool, refs: bool = True):
+    """Rows of a video's items as the worker screens them: one batch request (where the server lists the
+    endpoint, with `batch`), siblings' frames by uuid alone (`refs`) or in every conversation."""
+
     async def go():
         client = VLLMClient(url, max_attempts=2, backoff_s=0.05)
         try:
             who = Identity(protocol.fingerprint, protocol.steps[step].model, protocol.steps[step].revision, url, "t")
-            return await Screener(protocol, client, frames, who, asyncio.Semaphore(8)).screen(step, item)
+            screener = Screener(protocol, client, frames, who, Slots(8))
+            screener.batch = batch and await client.batch_endpoint()
+            screener.refs = refs
+            return await screener.screen_group(step, items), screener
         finally:
             await client.aclose()
 
-    return asyncio.run(go())
+    rows, screener = asyncio.run(go())
+    assert screener.fallbacks == 0  # no batch was sent again one by one
+    return rows
 
 
 @pytest.fixture()
@@ -146,6 +161,46 @@ def test_limits_come_back_as_permanent_error_rows(servers, video33):
     long = Item("it-2", "B", "v33", "word " * 5000, ["yes", "no"], 0)
     row = _screen(urls[1], P, 1, long, video33)
     assert row.error_kind == "permanent" and "maximum context length is 4096 tokens" in (row.error or "")
+
+
+DRIFT = 1e-3  # a batch runs its conversations side by side: float sums in another order, no more
+
+
+def _drift(a: list[tuple[str, float]], b: list[tuple[str, float]]) -> float:
+    """The largest |d logprob| over the tokens two top-20 lists share; infinite when they share fewer than 18."""
+    da, db = dict(a), dict(b)
+    common = da.keys() & db.keys()
+    return max(abs(da[t] - db[t]) for t in common) if len(common) >= 18 else math.inf
+
+
+def test_a_videos_items_in_one_batch_answer_as_each_alone(servers, video33):
+    """Where the server has /v1/chat/completions/batch, a video's items go as one request and the first
+    token's top-20 is what each item's own request gives, with the siblings' frames named by uuid alone
+    or sent in every conversation; step 1's four orders of an item too. The numbers may move by float
+    rounding only (the conversations run side by side), far less than another video's frames move them.
+    A release without the endpoint (vLLM 0.11.0) gets today's requests."""
+    urls, *_ = servers
+    has_batch = "/v1/chat/completions/batch" in httpx.get(f"{urls[1]}/openapi.json").json()["paths"]
+    other = video33 / "w33"  # the same number of frames, other pictures
+    other.mkdir()
+    for i in range(33):
+        Image.new("RGB", (448, 252), (250 - i * 7, 20 + i * 6, 60)).save(other / f"frame_{i}.jpg", "JPEG", quality=90)
+    items = [Item(f"b-{j}", "B", "v33", f"What happens in scene {j}?", ["a dog runs", "a cat sleeps", "rain"], j % 3)
+             for j in range(3)]  # fmt: skip
+    for step in (1, 3):
+        alone = [_screen(urls[step], P, step, it, video33) for it in items]  # one request at a time
+        for refs in (True, False):
+            rows = _group(urls[step], P, step, items, video33, batch=True, refs=refs)
+            sent = {f.sent for r in rows for f in r.forwards}
+            assert sent == ({"batch"} if has_batch else {"single"}), (step, sent)
+            assert all(f.prompt_tokens is None for r in rows for f in r.forwards) == has_batch
+            for a, b in zip(alone, rows, strict=True):
+                assert a.item_id == b.item_id and a.status == b.status == "ok"
+                assert (a.removed, a.n_hits, a.frame_indices) == (b.removed, b.n_hits, b.frame_indices)
+                for fa, fb in zip(a.forwards, b.forwards, strict=True):
+                    assert fa.pred == fb.pred and _drift(fa.top, fb.top) <= DRIFT, (step, refs, a.item_id)
+    moved = _screen(urls[3], P, 3, Item("b-0", "B", "w33", items[0].question, items[0].options, 0), video33)
+    assert _drift(alone[0].forwards[0].top, moved.forwards[0].top) > 100 * DRIFT  # the check sees frames
 
 
 def test_simulator_answers_with_the_real_servers_structure(servers, procs, video33):
