@@ -13,14 +13,18 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
+import re
 import shlex
 import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import SetupError
 from .protocol import Protocol
@@ -40,21 +44,64 @@ OPTIONAL_FLAGS = {
 }
 
 
+# What a release of vLLM gains for the workers' batch path (from its source; docs/deployment.md).
+BATCH_SINCE = "0.22.0"  # /v1/chat/completions/batch: a video's items as one request
+CACHE_THREADS_SINCE = "0.27.0"  # the processor cache with more than one renderer thread
+FRAME_MIB = 1.4  # one 448-px frame as the processor keeps it in its cache (32 frames: ~44 MB)
+CACHE_SHARE = 0.125  # the processor caches of a host's servers take at most this share of its memory
+
+
 @dataclass(frozen=True)
 class Tuning:
     """Throughput-only server options. On a 16-core H200 host, step 3 went from 7.3 to 20.5 items/s and
     the GPU from 30 to 91 % busy: OpenMP's default threads in the engine core fought the API servers
-    for the cores, then one preprocessing thread per API server was the limit (h200.md)."""
+    for the cores, then one preprocessing thread per API server was the limit (h200.md). With the batch
+    endpoint the workers send a video's items as one request whose siblings name the frames by uuid: the
+    API server's processor cache then processes each frame once (step 3's server CPU per item 350 -> 175 ms
+    on an H100, benchmarks/results/)."""
 
     api_servers: int
     renderer_workers: int
-    processor_cache_gb: int = 0  # every frame of a screen is new: the cache only costs a copy
+    processor_cache_gb: float = 0  # without batches every frame reaches a server once: a cache only costs a copy
     omp_threads: int = 1
+    why: str = "no batch endpoint: one request per forward, no processor cache"
 
     @classmethod
-    def for_cores(cls, cores: int, api_servers: int | None = None, renderer_workers: int | None = None) -> Tuning:
-        """16 cores per server (the H200 host) -> 8 API servers and 3 renderer threads; fewer cores, fewer."""
-        return cls(api_servers or max(1, min(8, cores // 2)), renderer_workers or max(1, min(3, cores // 5)))
+    def for_cores(
+        cls,
+        cores: int,
+        api_servers: int | None = None,
+        renderer_workers: int | None = None,
+        release: str | None = None,
+        cache_gb: float = 0.0,
+    ) -> Tuning:
+        """16 cores per server (the H200 host) -> 8 API servers and 3 renderer threads; fewer cores, fewer.
+        A release with the batch endpoint gets `cache_gb` of processor cache per API server, and on releases
+        before CACHE_THREADS_SINCE the one renderer thread the cache needs (unless RENDERER_WORKERS is set:
+        then no cache, and the workers send every frame)."""
+        api = api_servers or max(1, min(8, cores // 2))
+        threads = renderer_workers or max(1, min(3, cores // 5))
+        if release is None or _release_key(release) < _release_key(BATCH_SINCE):
+            return cls(api, threads)
+        if _release_key(release) >= _release_key(CACHE_THREADS_SINCE):
+            why = f"batch requests; vLLM {release} caches with {threads} renderer thread(s)"
+            return cls(api, threads, cache_gb, why=why)
+        if renderer_workers and renderer_workers > 1:
+            return cls(api, threads, why=f"batch requests without a cache: RENDERER_WORKERS={threads} on {release}")
+        return cls(api, 1, cache_gb, why=f"batch requests; vLLM {release}'s processor cache needs 1 renderer thread")
+
+
+def cache_gb_per_api_server(frames: int, inflight: int, api_servers: int, servers: int, host_gib: float) -> float:
+    """Enough processor cache for the videos in flight on one API server, twice over (one video per forward
+    at worst), within CACHE_SHARE of the host's memory for all its servers' API servers; tenths of a GiB."""
+    videos = -(-inflight // max(1, api_servers))
+    want = 2 * videos * max(1, frames) * FRAME_MIB / 1024
+    cap = CACHE_SHARE * host_gib / max(1, api_servers * servers)
+    return max(0.1, math.ceil(min(want, cap) * 10) / 10)
+
+
+def _release_key(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in version.split("+")[0].split(".")[:3] if x.isdigit())
 
 
 def cores_per_server(n_servers: int) -> int:
@@ -64,11 +111,7 @@ def cores_per_server(n_servers: int) -> int:
 
 def flags_of_release(version: str) -> frozenset[str]:
     """The optional flags a vLLM release knows, from OPTIONAL_FLAGS (compose pins a release)."""
-
-    def key(v: str) -> tuple[int, ...]:
-        return tuple(int(x) for x in v.split(".")[:3] if x.isdigit())
-
-    return frozenset(f for f, since in OPTIONAL_FLAGS.items() if key(version) >= key(since))
+    return frozenset(f for f, since in OPTIONAL_FLAGS.items() if _release_key(version) >= _release_key(since))
 
 
 def cache_dir() -> Path:
@@ -80,19 +123,46 @@ def cache_dir() -> Path:
 
 
 def vllm_flags(vllm: str) -> frozenset[str] | None:
-    """The optional flags that `<vllm> serve` knows; asked once per host and installed vLLM (its `--help`
-    costs a full import, ~10 s) and kept in the cache folder."""
-    memo = cache_dir() / f"pool-flags-{_install_key(vllm)}.json"
+    """The optional flags that `<vllm> serve` knows (its `--help`)."""
+    known = _probe(vllm, "flags", lambda: None if (f := _ask_flags(vllm)) is None else sorted(f))
+    return None if known is None else frozenset(known)
+
+
+def vllm_release(vllm: str) -> str | None:
+    """The installed vLLM's release (`<vllm> --version`), which decides what the workers' requests may use."""
+    found = _probe(vllm, "release", lambda: _ask_release(vllm))
+    return found if isinstance(found, str) else None
+
+
+def _probe(vllm: str, what: str, ask: Callable[[], Any]) -> Any:
+    """Asked once per host and installed vLLM (each question costs a full import, ~10 s), then kept in the
+    cache folder; None when it cannot be told."""
+    memo = cache_dir() / f"pool-{what}-{_install_key(vllm)}.json"
     try:
-        return frozenset(json.loads(memo.read_text()))
+        return json.loads(memo.read_text())
     except (OSError, ValueError):
         pass
-    known = _ask_flags(vllm)
-    if known is not None:
+    found = ask()
+    if found is not None:
         with contextlib.suppress(OSError):  # a read-only cache: ask again next time
             memo.parent.mkdir(parents=True, exist_ok=True)
-            memo.write_text(json.dumps(sorted(known)))
-    return known
+            memo.write_text(json.dumps(found))
+    return found
+
+
+def _ask_release(vllm: str) -> str | None:
+    """From the package's metadata beside the program (no import), else from `--version`."""
+    exe = shutil.which(shlex.split(vllm)[0]) or vllm
+    for d in _package_dir(exe) or ():
+        if m := re.fullmatch(r"vllm(?:_cpu)?-(\d+\.\d+\.\d+[^-]*)\.dist-info", Path(d).name):
+            return m.group(1)
+    try:
+        argv = [*shlex.split(vllm), "--version"]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = re.findall(r"^(\d+\.\d+\.\d+\S*)\s*$", out.stdout, re.M)
+    return found[-1] if found else None
 
 
 def _install_key(vllm: str) -> str:

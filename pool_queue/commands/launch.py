@@ -17,6 +17,7 @@ demo, the Slurm test).
 from __future__ import annotations
 
 import argparse
+import os
 import queue
 import signal
 import socket
@@ -35,6 +36,7 @@ from ..launch import (
     OPTIONAL_FLAGS,
     Server,
     Tuning,
+    cache_gb_per_api_server,
     cores_per_server,
     devices,
     log_name,
@@ -45,6 +47,7 @@ from ..launch import (
     snapshot,
     split_counts,
     vllm_flags,
+    vllm_release,
 )
 from ..procs import Procs, wait_health
 from ..progress import duration
@@ -251,17 +254,26 @@ def _sizes(s: Settings, protocol: Protocol, servers: list[Server], gib: float | 
     return out
 
 
-def _tuning(s: Settings, protocol: Protocol, servers: list[Server], srv: Server) -> Tuning:
+def _tuning(
+    s: Settings, protocol: Protocol, servers: list[Server], srv: Server, release: str | None, inflight: int
+) -> Tuning:
     """The GPU's cores (the host's, shared by its GPUs) for one server, said in one line. Sharing its GPU, the
     steps-1-2 server takes half of them and step 3's all of its (preprocessing is step 3's limit): as
-    measured co-served on the H200 (h200.md, 4 and 8 API servers on 16 cores)."""
+    measured co-served on the H200 (h200.md, 4 and 8 API servers on 16 cores). The vLLM release decides
+    whether the workers send batches, and so whether a processor cache pays (`Tuning.for_cores`)."""
     cores = cores_per_server(len({v.device for v in servers}))
     if srv.util is not None and not many_images(protocol, srv.steps):
         cores = max(1, cores // 2)
-    t = Tuning.for_cores(cores, s.api_servers, s.renderer_workers)
+    api = Tuning.for_cores(cores, s.api_servers, s.renderer_workers).api_servers
+    frames = max(protocol.steps[step].n_frames for step in srv.steps)
+    host_gib = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
+    cache = cache_gb_per_api_server(frames, inflight, api, len(servers), host_gib)
+    t = Tuning.for_cores(cores, s.api_servers, s.renderer_workers, release, cache)
+    gib = t.processor_cache_gb
+    total = f" ({t.api_servers} x {gib:g} = {t.api_servers * gib:.1f} GiB of host memory)" if gib else ""
     print(
         f"{srv.name} server options: {t.api_servers} API servers, {t.renderer_workers} renderer threads, processor "
-        f"cache {t.processor_cache_gb} GiB, OMP_NUM_THREADS={t.omp_threads} unless set ({cores} cores)"
+        f"cache {gib:g} GiB per API server{total}, OMP_NUM_THREADS={t.omp_threads} unless set ({cores} cores); {t.why}"
     )
     return t
 
@@ -284,7 +296,8 @@ def _start_servers(
         fail(f"model not in the local hub cache ({e}); run `pool-fetch --models` first (or set HF_HOME)")
     known = None if a.sim else _flags_known(s.vllm)
     name = {v: log_name("vllm", log_tag(v, a.step, a.split), v) for v in servers}
-    tuning = {v: _tuning(s, protocol, servers, v) for v in servers}
+    release = None if a.sim or s.batch == "off" else vllm_release(s.vllm)  # no batches: today's options
+    tuning = {v: _tuning(s, protocol, servers, v, release, s.workers or sizes[v.steps].max_seqs) for v in servers}
     sim = ["--speed", str(a.sim_speed), "--warmup-s", str(a.sim_warmup_s)] if a.sim else []
     argv = {v: [*server_argv(s, protocol, v, paths[v.steps], a.sim, tuning[v], known, sizes[v.steps].max_seqs), *sim]
             for v in servers}  # fmt: skip

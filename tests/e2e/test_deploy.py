@@ -26,6 +26,7 @@ from pool_queue.launch import (
     Server,
     Tuning,
     cache_dir,
+    cache_gb_per_api_server,
     flags_of_release,
     log_name,
     log_tag,
@@ -35,6 +36,7 @@ from pool_queue.launch import (
     server_env,
     vllm_flags,
 )
+from pool_queue.launch import vllm_release as installed_release
 from pool_queue.procs import free_port
 from pool_queue.protocol import Protocol
 from pool_queue.settings import load_settings
@@ -468,6 +470,37 @@ def test_server_options_follow_the_cores_per_server(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "4")  # the user's own setting wins
     assert "OMP_NUM_THREADS" not in server_env(srv, False, t)
     assert "OMP_NUM_THREADS" not in server_env(srv, True, t)
+
+
+def test_server_options_follow_the_vllm_release(tmp_path, monkeypatch):
+    """A release with the batch endpoint gets a processor cache (the workers' siblings name frames by uuid);
+    before CACHE_THREADS_SINCE with the one renderer thread the cache needs; before BATCH_SINCE none."""
+    assert Tuning.for_cores(16, release="0.11.0") == Tuning.for_cores(16)  # no batch endpoint: as before
+    old = Tuning.for_cores(16, release="0.26.0", cache_gb=0.4)
+    assert (old.renderer_workers, old.processor_cache_gb) == (1, 0.4) and "needs 1 renderer thread" in old.why
+    asked = Tuning.for_cores(16, renderer_workers=3, release="0.26.0", cache_gb=0.4)  # the user's threads win
+    assert (asked.renderer_workers, asked.processor_cache_gb) == (3, 0) and "without a cache" in asked.why
+    for release in ("0.27.0", "0.32.0+cpu"):
+        new = Tuning.for_cores(16, release=release, cache_gb=0.4)
+        assert (new.api_servers, new.renderer_workers, new.processor_cache_gb) == (8, 3, 0.4), release
+    # step 3 on one H100 host: 32 in flight over 8 API servers, 32 frames -> 4 videos x 2 x 44.8 MB
+    assert cache_gb_per_api_server(32, 32, 8, 1, 128.0) == 0.4
+    assert cache_gb_per_api_server(1, 256, 8, 1, 128.0) == 0.1  # step 2: one frame a video
+    assert cache_gb_per_api_server(32, 256, 1, 4, 64.0) == 2.0  # capped: 1/8 of the host over its servers
+    # the release: from the package's metadata beside the program, else from `vllm --version`
+    site = tmp_path / "venv" / "lib" / "python3.12" / "site-packages"
+    (site / "vllm-0.26.0.dist-info").mkdir(parents=True)
+    (tmp_path / "venv" / "bin").mkdir()
+    exe = tmp_path / "venv" / "bin" / "vllm"
+    exe.write_text("#!/bin/sh\nexit 1\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "cache"))
+    assert installed_release(str(exe)) == "0.26.0"
+    fake = tmp_path / "vllm"
+    fake.write_text('#!/bin/sh\necho "INFO a log line"\necho 0.32.0\n')
+    fake.chmod(0o755)
+    assert installed_release(str(fake)) == "0.32.0"
+    assert installed_release(str(tmp_path / "missing")) is None
 
 
 def test_flags_the_installed_vllm_does_not_know_are_left_out(tmp_path):
