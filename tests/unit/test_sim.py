@@ -23,6 +23,7 @@ CHAT = "/v1/chat/completions"
 def procs(tmp_path_factory):
     with Procs(tmp_path_factory.mktemp("simlogs")) as p:
         yield p
+    assert p.left() == [], "simulators left running"
 
 
 @pytest.fixture(scope="module")
@@ -266,9 +267,11 @@ def test_simulator_matches_a_recorded_real_response(procs, step, release):
     top, prompt_tokens = parse_answer(orjson.dumps(rec["response"]))  # the client reads the real answer
     assert len(top) == 20 and prompt_tokens and prompt_tokens > 100 * recorded.IMAGES[step]
     profile = "qwen3-vl-2b" if step == 3 else "qwen3-vl-8b"
-    url = procs.sim(f"sim-rec{step}", free_port(), "--zero-latency", "--profile", profile, "--vllm", release)
+    name = f"sim-rec{step}-{release}"
+    url = procs.sim(name, free_port(), "--zero-latency", "--profile", profile, "--vllm", release)
     wait_health(url, 20)
     got = httpx.post(url + CHAT, json=recorded.request(step), timeout=30)
+    procs.stop(name)
     assert got.status_code == 200, got.text
     assert shape(got.json()) == shape(rec["response"]), f"simulator vs vLLM {rec['vllm_version']}"
 
@@ -281,3 +284,14 @@ def test_simulators_default_to_the_launchers_context_length():
     assert {p.max_model_len for p in PROFILES.values()} == {MAX_MODEL_LEN}
     with pytest.raises(ValueError, match="no simulated profile for org/other"):
         profile_of("org/other")
+
+
+def test_a_name_started_again_keeps_its_first_process_stopped_with_the_rest(tmp_path):
+    """Two simulators started under one name (as the releases' recorded tests once were): both are stopped."""
+    with Procs(tmp_path) as p:
+        first = p.sim("twin", free_port(), "--zero-latency")
+        second = p.sim("twin", free_port(), "--zero-latency")
+        wait_health(first, 20)
+        wait_health(second, 20)
+        assert len(p.children) == 2 and p.left() == ["twin", "twin"]
+    assert p.left() == [] and p.children == {}
