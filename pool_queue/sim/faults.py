@@ -13,7 +13,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-KINDS = ("500", "503", "429", "hang", "reset", "malformed", "nologprobs")
+# "stale": the 500 of vLLM's API server when its processor cache and the engine's disagree on an image (an
+# AssertionError, "Expected a cached item for mm_hash=...", reported against 0.2x releases)
+KINDS = ("500", "503", "429", "hang", "reset", "malformed", "nologprobs", "stale")
 
 
 def _entries(spec: str) -> list[tuple[str, str]]:

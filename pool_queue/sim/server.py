@@ -221,6 +221,9 @@ class SimServer:
         fault = self.cfg.faults.draw(raw, _conversations(body) if batch else ())
         if fault in ("500", "503", "429"):
             return self._error(SimError(int(fault), f"injected fault {fault}", "InternalServerError"))
+        if fault == "stale":
+            mm_hash = hashlib.blake2b(raw, digest_size=16).hexdigest()
+            return self._error(SimError(500, f"Expected a cached item for mm_hash={mm_hash!r}", "InternalServerError"))
         if fault == "hang":
             await asyncio.sleep(self.cfg.hang_s)
         try:

@@ -437,13 +437,14 @@ def test_one_bad_conversation_fails_the_whole_batch_with_its_error(batching):
 
 
 def test_batch_faults_fail_the_whole_batch(procs):
-    url = procs.sim(
-        "sim-fb", free_port(), "--zero-latency", "--profile", "qwen3-vl-2b", "--fault-schedule", "1:500,2:nologprobs"
-    )
+    schedule = "1:500,2:nologprobs,3:stale"
+    url = procs.sim("sim-fb", free_port(), "--zero-latency", "--profile", "qwen3-vl-2b", "--fault-schedule", schedule)
     wait_health(url, 20)
     batch = body_of([P.request_body(3, q, o)["messages"] for q, o in ITEMS])
     assert httpx.post(url + BATCH, json=batch, timeout=10).status_code == 500
     assert [c["logprobs"] for c in httpx.post(url + BATCH, json=batch, timeout=10).json()["choices"]] == [None] * 3
+    stale = httpx.post(url + BATCH, json=batch, timeout=10)
+    assert stale.status_code == 500 and "Expected a cached item for mm_hash=" in stale.json()["error"]["message"]
     assert httpx.post(url + BATCH, json=batch, timeout=10).status_code == 200
     procs.stop("sim-fb")
 
