@@ -71,11 +71,13 @@ def wait_health(url: str, timeout: float, proc: subprocess.Popen[bytes] | None =
 
 
 class Procs:
-    """A set of child processes stopped together."""
+    """A set of child processes stopped together. A name started again while its process still runs names the
+    new one, and the old one stays in `children` as `name@pid`, so it is stopped with the rest."""
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
         self.children: dict[str, subprocess.Popen[bytes]] = {}
+        self.started: list[tuple[str, subprocess.Popen[bytes]]] = []  # every process started, stopped or not
 
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -89,7 +91,11 @@ class Procs:
             start_new_session=True,
         )
         log.close()
+        old = self.children.pop(name, None)
+        if old is not None and old.poll() is None:
+            self.children[f"{name}@{old.pid}"] = old
         self.children[name] = proc
+        self.started.append((name, proc))
         return proc
 
     def redis(self, port: int, data_dir: Path, password: str | None = None, aof: bool = False) -> str:
@@ -141,6 +147,20 @@ class Procs:
         """Last started, first stopped: workers finish their jobs while their servers and Redis still run."""
         for name in reversed(list(self.children)):
             self.stop(name, timeout=5.0)
+
+    def left(self) -> list[str]:
+        """The names of started processes whose process group still has a member (a child never stopped, or
+        something it started that outlived it): none once `stop_all` has run, if nothing leaks."""
+        alive = []
+        for name, proc in self.started:
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                continue
+            except PermissionError:
+                pass
+            alive.append(name)
+        return alive
 
     def __enter__(self) -> Procs:
         return self

@@ -13,6 +13,7 @@ from typing import Any
 from PIL import Image, UnidentifiedImageError
 
 from .dialects import Dialect, dialect
+from .mmcache import ProcessorCache
 
 
 class SimError(Exception):
@@ -64,9 +65,18 @@ def _image_size(url: str) -> tuple[int, int]:
         raise SimError(400, f"Failed to load image: cannot identify image file ({e})", param="image") from e
 
 
-def check(body: Any, lim: Limits) -> Parsed:
-    if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def check_request(body: Any, lim: Limits, batch: bool = False) -> int:
+    """The fields a batch shares among its conversations (all of a single request's but its messages); returns
+    the top-k asked for (0 without logprobs)."""
+    msgs = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(msgs, list) or not msgs:
         raise SimError(400, "messages: field required")
+    if batch and not all(isinstance(c, list) and c for c in msgs):
+        raise SimError(400, "messages: a batch takes a list of conversations, each a non-empty list of messages")
     d = lim.dialect
     model = body.get("model")
     if model != lim.served_name:
@@ -78,16 +88,37 @@ def check(body: Any, lim: Limits) -> Parsed:
             raise SimError(400, "when using `top_logprobs`, `logprobs` must be set to true.", param="top_logprobs")
         if top_k > lim.max_logprobs:
             raise SimError(400, d.text("top_logprobs", top_k=top_k, most=lim.max_logprobs), param=d.param("logprobs"))
-    cont = bool(body.get("continue_final_message", False))
-    if cont and body.get("add_generation_prompt", True):
+    if body.get("continue_final_message", False) and body.get("add_generation_prompt", True):
         raise SimError(400, "Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
-    msgs = body["messages"]
+    if batch and body.get("n", 1) not in (None, 1):
+        raise SimError(400, "Batch chat completions do not support `n > 1`. Please set `n` to 1.", param=d.param("n"))
+    return int(top_k or 0) if logprobs else 0
+
+
+def _images(parts: list[tuple[str, str | None]], lim: Limits, cache: ProcessorCache) -> list[tuple[str, int]]:
+    """(mm_hash, tokens) of a conversation's image parts (url, uuid), in vLLM's order: every part with data is
+    loaded, then all are looked up in the processor cache before any is stored, so a part without data must
+    name an image cached by an earlier conversation or request."""
+    loaded = [(uuid or _digest(url), image_tokens(*_image_size(url)) if url else 0) for url, uuid in parts]
+    cached = [cache.get(key) for key, _ in loaded]
+    for idx, ((url, _), hit) in enumerate(zip(parts, cached, strict=True)):
+        if hit is None and not url:
+            raise SimError(400, lim.dialect.text("cache miss", modality="image", idx=idx))
+    for (key, tokens), hit in zip(loaded, cached, strict=True):
+        if hit is None:
+            cache.put(key, tokens)
+    return [(key, tokens if hit is None else hit) for (key, tokens), hit in zip(loaded, cached, strict=True)]
+
+
+def check_conversation(msgs: list[Any], top_k: int, cont: bool, lim: Limits, cache: ProcessorCache) -> Parsed:
+    """One conversation, rendered and its images processed (through `cache`) as vLLM's API server does."""
+    d = lim.dialect
     if cont and (not isinstance(msgs[-1], dict) or msgs[-1].get("role") != "assistant"):
         raise SimError(
             400, "continue_final_message is set but the final message does not appear to be an assistant message"
         )
     texts: list[str] = []
-    urls: list[str] = []
+    parts: list[tuple[str, str | None]] = []  # (url, uuid) of each image part; an empty url names a cached image
     for m in msgs:
         content = m.get("content") if isinstance(m, dict) else None
         if isinstance(content, str):
@@ -97,21 +128,39 @@ def check(body: Any, lim: Limits) -> Parsed:
             if part.get("type") == "text":
                 texts.append(str(part.get("text", "")))
             elif part.get("type") == "image_url":
-                urls.append(str((part.get("image_url") or {}).get("url", "")))
-    if len(urls) > lim.max_images:
+                url = (part.get("image_url") or {}).get("url") or ""
+                uuid = part.get("uuid")
+                parts.append((str(url), str(uuid) if uuid else None))
+    if len(parts) > lim.max_images:
         raise SimError(400, d.text("images", most=lim.max_images), param=d.param("image"))
-    img_tokens = sum(image_tokens(*_image_size(u)) for u in urls)
+    images = _images(parts, lim, cache)
+    img_tokens = sum(tokens for _, tokens in images)
     user_text = texts[0] if texts else ""
     total = img_tokens + sum(text_tokens(t) for t in texts) + 6 * len(msgs)
     if total > lim.max_model_len:
         raise SimError(400, d.text("too long", most=lim.max_model_len, total=total), param=d.param("input_tokens"))
     prefix = img_tokens + text_tokens(user_text.split("\nA. ", 1)[0])
+    keys = "\n".join(key for key, _ in images)
     return Parsed(
         text=user_text,
-        n_images=len(urls),
+        n_images=len(images),
         prompt_tokens=total,
         prefix_tokens=prefix,
         image_tokens=img_tokens,
-        image_key=hashlib.blake2b("\n".join(urls).encode(), digest_size=12).digest() if urls else b"",
-        top_k=int(top_k or 0) if logprobs else 0,
+        image_key=hashlib.blake2b(keys.encode(), digest_size=12).digest() if images else b"",
+        top_k=top_k,
     )
+
+
+def check(body: Any, lim: Limits, cache: ProcessorCache) -> Parsed:
+    """A request to /v1/chat/completions."""
+    top_k = check_request(body, lim)
+    return check_conversation(body["messages"], top_k, bool(body.get("continue_final_message")), lim, cache)
+
+
+def check_batch(body: Any, lim: Limits, cache: ProcessorCache) -> list[Parsed]:
+    """A request to /v1/chat/completions/batch: its conversations one after another, each through the cache
+    the ones before it filled; the first that fails fails the whole batch with its error."""
+    top_k = check_request(body, lim, batch=True)
+    cont = bool(body.get("continue_final_message"))
+    return [check_conversation(msgs, top_k, cont, lim, cache) for msgs in body["messages"]]

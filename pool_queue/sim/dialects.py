@@ -3,15 +3,21 @@ error texts that differ between vLLM 0.11.0 (the run package's pin) and 0.32.0 (
 read off real servers of both by the `vllm` tests. A release between them is answered as the newest tested
 release at or below it: that part is assumed, not tested. The fields the workers read (the first token's
 top-20 logprobs, `usage.prompt_tokens`, an error's status and message) have one form in both.
+
+`/v1/chat/completions/batch` goes by the release asked for, not by its tested dialect: vLLM has it from
+0.22 (`entrypoints/openai/chat_completion/batch_serving.py`), so `--vllm 0.26.0` serves it in 0.11.0's fields.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 NEWEST = "0.32.0"
+BATCH_SINCE = "0.22.0"  # the first release with POST /v1/chat/completions/batch
+# vLLM's processor raises this ValueError (HTTP 400) for a part that names an uncached uuid and carries no data
+_CACHE_MISS = "Cache miss for {modality} at index {idx} but data is not provided."
 
 
 @dataclass(frozen=True)
@@ -23,6 +29,7 @@ class Dialect:
     usage: dict[str, Any]  # besides the token counts
     texts: dict[str, str] = field(default_factory=dict)  # error texts, str.format templates
     params: bool = True  # error bodies name the parameter at fault (0.11 leaves `param` null)
+    batch: bool = True  # serves POST /v1/chat/completions/batch (set by `dialect` from the release)
 
     def text(self, kind: str, **values: object) -> str:
         return self.texts[kind].format(**values)
@@ -49,8 +56,10 @@ DIALECTS = {
             "too long": "This model's maximum context length is {most} tokens. However, your request has {total} "
             "input tokens. Please reduce the length of the input messages. None",
             "media type": " [\"Unsupported Media Type: Only 'application/json' is allowed\"]",
+            "cache miss": _CACHE_MISS,
         },
         params=False,
+        batch=False,
     ),
     NEWEST: Dialect(
         release=NEWEST,
@@ -73,6 +82,7 @@ DIALECTS = {
             "least {total} input tokens, which exceeds this limit even without any output tokens. Please reduce "
             "the length of the input prompt. (parameter=input_tokens, value={total})",
             "media type": "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed",
+            "cache miss": _CACHE_MISS,
         },
     ),
 }
@@ -86,7 +96,8 @@ def _key(release: str) -> tuple[int, ...]:
 
 
 def dialect(release: str = NEWEST) -> Dialect:
-    """The tested release's dialect at or below `release` (a release before 0.11.0 is answered as 0.11.0)."""
+    """The tested release's dialect at or below `release` (a release before 0.11.0 is answered as 0.11.0), with
+    the batch endpoint where `release` has it."""
     want = _key(release)
     below = [d for r, d in sorted(DIALECTS.items(), key=lambda kv: _key(kv[0])) if _key(r) <= want]
-    return below[-1] if below else DIALECTS["0.11.0"]
+    return replace(below[-1] if below else DIALECTS["0.11.0"], batch=want >= _key(BATCH_SINCE))

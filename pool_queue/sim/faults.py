@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-KINDS = ("500", "503", "429", "hang", "reset", "malformed", "nologprobs")
+# "stale": the 500 of vLLM's API server when its processor cache and the engine's disagree on an image (an
+# AssertionError, "Expected a cached item for mm_hash=...", reported against 0.2x releases)
+KINDS = ("500", "503", "429", "hang", "reset", "malformed", "nologprobs", "stale")
 
 
 def _entries(spec: str) -> list[tuple[str, str]]:
@@ -51,13 +54,20 @@ class FaultPlan:
     _seen: Counter[bytes] = field(default_factory=Counter)
     _arrivals: int = 0
 
-    def draw(self, body: bytes) -> str | None:
+    def draw(self, body: bytes, items: Sequence[bytes] = ()) -> str | None:
+        """The fault of one request, if any. A batch request is one arrival for the schedule, but draws by rate
+        once for each of its conversations (`items`, keyed by each one's content): a fault on any fails the whole
+        batch, as vLLM fails a batch when one of its conversations fails."""
         self._arrivals += 1
         if self._arrivals in self.schedule:
             return self.schedule[self._arrivals]
         if not self.rates:
             return None
-        key = hashlib.blake2b(body, digest_size=12).digest()
+        kinds = [self._by_rate(x) for x in items or (body,)]
+        return next((k for k in kinds if k is not None), None)
+
+    def _by_rate(self, content: bytes) -> str | None:
+        key = hashlib.blake2b(content, digest_size=12).digest()
         self._seen[key] += 1
         h = hashlib.blake2b(key + f"{self.seed}:{self._seen[key]}".encode(), digest_size=8).digest()
         u = int.from_bytes(h, "big") / 2**64

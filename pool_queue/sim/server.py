@@ -19,10 +19,14 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from .checks import Limits, Parsed, SimError, check
+from .checks import Limits, Parsed, SimError, check, check_batch
 from .dialects import Dialect, dialect
 from .faults import FaultPlan
+from .mmcache import ProcessorCache
 from .model import Profile, answer
+
+CHAT = "/v1/chat/completions"
+BATCH = "/v1/chat/completions/batch"
 
 
 @dataclass
@@ -38,6 +42,7 @@ class SimConfig:
     zero_latency: bool = False
     speed: float = 1.0  # >1 runs the capacity model faster than the profile says
     prefix_cache_tokens: int = 1_000_000  # a 2B's KV cache near 0.85 of an H200 (32 GiB held 299,584 tokens)
+    mm_processor_cache_gb: float = 4.0  # vLLM's default; 0 turns the processor cache off
     old_errors: bool = False
     dialect: Dialect = field(default_factory=dialect)  # the release whose fields and error texts it gives
     exit_after: int | None = None
@@ -86,6 +91,7 @@ class SimServer:
         self.engine_dead = False
         self._slots = asyncio.Semaphore(cfg.max_num_seqs)
         self._prefixes: OrderedDict[bytes, int] = OrderedDict()  # prefix -> its tokens, least recently used first
+        self.mm_cache = ProcessorCache(cfg.mm_processor_cache_gb)
         self._cached_tokens = 0
         self._models = orjson.dumps(
             {
@@ -121,11 +127,24 @@ class SimServer:
         )
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=256 * 1024 * 1024)
-        app.router.add_get("/health", self.health)
-        app.router.add_get("/v1/models", self.models)
+        app = web.Application(client_max_size=256 * 1024 * 1024, middlewares=[_not_found])
+        api: list[tuple[str, str, Any]] = [
+            ("GET", "/health", self.health),
+            ("GET", "/v1/models", self.models),
+            ("POST", CHAT, self.chat),
+        ]
+        if self.cfg.dialect.batch:
+            api.append(("POST", BATCH, self.chat_batch))
+        for method, path, handler in api:
+            app.router.add_route(method, path, handler)
+        paths: dict[str, dict[str, Any]] = {}
+        for method, path, handler in api:
+            paths.setdefault(path, {})[method.lower()] = {"operationId": handler.__name__}
+        self._openapi = orjson.dumps(
+            {"openapi": "3.1.0", "info": {"title": "FastAPI", "version": "0.1.0"}, "paths": paths}
+        )
+        app.router.add_get("/openapi.json", self.openapi)
         app.router.add_get("/metrics", self.metrics)
-        app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/_sim/mode", self.mode)
         return app
 
@@ -142,11 +161,19 @@ class SimServer:
             return denied
         return web.Response(body=self._models, content_type="application/json")
 
+    async def openapi(self, request: web.Request) -> web.Response:
+        """The API's paths, as FastAPI lists them for vLLM: a client learns from it whether the batch endpoint
+        exists (an unknown path and an unknown model both answer 404)."""
+        return web.Response(body=self._openapi, content_type="application/json")
+
     async def mode(self, request: web.Request) -> web.Response:
-        """Test hook: switch engine-dead mode at run time."""
+        """Test hook: switch engine-dead mode at run time; `reset_mm_cache` empties the processor cache (as a
+        restart would, or vLLM's dev-mode /reset_mm_cache)."""
         body = orjson.loads(await request.read())
         self.engine_dead = bool(body.get("engine_dead", self.engine_dead))
-        return web.json_response({"engine_dead": self.engine_dead})
+        if body.get("reset_mm_cache"):
+            self.mm_cache.clear()
+        return web.json_response({"engine_dead": self.engine_dead, "mm_cache_items": len(self.mm_cache)})
 
     async def metrics(self, request: web.Request) -> web.Response:
         s = self.stats
@@ -158,6 +185,8 @@ class SimServer:
             f"vllm:prompt_tokens_total{label} {s.prompt_tokens}",
             f"vllm:prefix_cache_queries_total{label} {s.prefix_queries}",
             f"vllm:prefix_cache_hits_total{label} {s.prefix_hits}",
+            f"vllm:mm_cache_queries_total{label} {self.mm_cache.queries}",
+            f"vllm:mm_cache_hits_total{label} {self.mm_cache.hits}",
             f'vllm:request_success_total{{finished_reason="length",model_name="{self.cfg.served_name}"}} {s.success}',
             f"pool_sim:requests_total{label} {s.requests}",
             f"pool_sim:running_seconds_total{label} {s.running_seconds:.6f}",
@@ -167,6 +196,14 @@ class SimServer:
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, batch=False)
+
+    async def chat_batch(self, request: web.Request) -> web.StreamResponse:
+        """POST /v1/chat/completions/batch (vLLM 0.22 and later): `messages` is a list of conversations that
+        share the other fields; one choice per conversation, by index; usage summed over the batch."""
+        return await self._serve(request, batch=True)
+
+    async def _serve(self, request: web.Request, batch: bool) -> web.StreamResponse:
         if (denied := self._auth(request)) is not None:
             return denied
         raw = await request.read()
@@ -177,18 +214,26 @@ class SimServer:
             os._exit(3)  # a crash, not a shutdown: in-flight requests see the connection drop
         if not self._ready():
             return self._error(SimError(503, "The engine is not ready or has died.", "ServiceUnavailableError"))
-        fault = self.cfg.faults.draw(raw)
+        try:
+            body: Any = orjson.loads(raw)
+        except orjson.JSONDecodeError as e:
+            body = SimError(400, f"JSON decode error: {e}")
+        fault = self.cfg.faults.draw(raw, _conversations(body) if batch else ())
         if fault in ("500", "503", "429"):
             return self._error(SimError(int(fault), f"injected fault {fault}", "InternalServerError"))
+        if fault == "stale":
+            mm_hash = hashlib.blake2b(raw, digest_size=16).hexdigest()
+            return self._error(SimError(500, f"Expected a cached item for mm_hash={mm_hash!r}", "InternalServerError"))
         if fault == "hang":
             await asyncio.sleep(self.cfg.hang_s)
         try:
-            parsed = check(orjson.loads(raw), self.limits)
-        except orjson.JSONDecodeError as e:
-            return self._error(SimError(400, f"JSON decode error: {e}"))
+            if isinstance(body, SimError):
+                raise body
+            lim, cache = self.limits, self.mm_cache
+            parsed = check_batch(body, lim, cache) if batch else [check(body, lim, cache)]
         except SimError as e:
             return self._error(e)
-        await self._run(parsed)
+        await asyncio.gather(*(self._run(p) for p in parsed))  # each conversation is a sequence of its own
         if fault == "reset":
             resp = web.StreamResponse(
                 status=200, headers={"Content-Type": "application/json", "Content-Length": "4096"}
@@ -265,38 +310,58 @@ class SimServer:
             self._cached_tokens -= self._prefixes.popitem(last=False)[1]
         return False
 
-    def _completion(self, raw: bytes, p: Parsed, with_logprobs: bool) -> bytes:
-        top = answer(self.cfg.profile, p.text, p.n_images, max(p.top_k, 1))
-        tok, lp = top[0]
-        entries = [{"token": t, "logprob": v, "bytes": list(t.encode())} for t, v in top[: p.top_k]]
-        logprobs: Any = None
-        if with_logprobs:
-            logprobs = {
-                "content": [{"token": tok, "logprob": lp, "bytes": list(tok.encode()), "top_logprobs": entries}]
-            }
-        rid = hashlib.blake2b(raw, digest_size=16).hexdigest()
+    def _completion(self, raw: bytes, parsed: list[Parsed], with_logprobs: bool) -> bytes:
         d = self.cfg.dialect
+        choices = []
+        for index, p in enumerate(parsed):
+            top = answer(self.cfg.profile, p.text, p.n_images, max(p.top_k, 1))
+            tok, lp = top[0]
+            entries = [{"token": t, "logprob": v, "bytes": list(t.encode())} for t, v in top[: p.top_k]]
+            logprobs: Any = None
+            if with_logprobs:
+                logprobs = {
+                    "content": [{"token": tok, "logprob": lp, "bytes": list(tok.encode()), "top_logprobs": entries}]
+                }
+            choices.append(
+                {
+                    "index": index,
+                    "message": {"role": "assistant", "content": tok, **d.message},
+                    "logprobs": logprobs,
+                    "finish_reason": "length",
+                    **d.choice,
+                }
+            )
+        rid = hashlib.blake2b(raw, digest_size=16).hexdigest()
+        prompt_tokens = sum(p.prompt_tokens for p in parsed)
         return orjson.dumps(
             {
                 "id": f"chatcmpl-{rid}",
                 "object": "chat.completion",
                 "created": self.created,
                 "model": self.cfg.served_name,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": tok, **d.message},
-                        "logprobs": logprobs,
-                        "finish_reason": "length",
-                        **d.choice,
-                    }
-                ],
+                "choices": choices,
                 "usage": {
-                    "prompt_tokens": p.prompt_tokens,
-                    "total_tokens": p.prompt_tokens + 1,
-                    "completion_tokens": 1,
+                    "prompt_tokens": prompt_tokens,
+                    "total_tokens": prompt_tokens + len(parsed),
+                    "completion_tokens": len(parsed),
                     **d.usage,
                 },
                 **d.body,
             }
         )
+
+
+def _conversations(body: Any) -> list[bytes]:
+    """A batch body's conversations, each as its own bytes (what a fault is drawn on); none if it is no batch."""
+    msgs = body.get("messages") if isinstance(body, dict) else None
+    return [orjson.dumps(c) for c in msgs] if isinstance(msgs, list) else []
+
+
+@web.middleware
+async def _not_found(request: web.Request, handler: Any) -> web.StreamResponse:
+    """FastAPI's answer to a path it does not serve (vLLM 0.11.0 asked for the batch endpoint, for one)."""
+    try:
+        response: web.StreamResponse = await handler(request)
+    except web.HTTPNotFound:
+        return web.json_response({"detail": "Not Found"}, status=404)
+    return response

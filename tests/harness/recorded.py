@@ -24,9 +24,9 @@ P = Protocol()
 IMAGES = {1: 0, 2: 1, 3: 32}
 
 
-def jpeg_url(size: tuple[int, int] = (448, 252)) -> str:
+def jpeg_url(size: tuple[int, int] = (448, 252), colour: tuple[int, int, int] = (90, 140, 30)) -> str:
     buf = io.BytesIO()
-    Image.new("RGB", size, (90, 140, 30)).save(buf, "JPEG", quality=90)
+    Image.new("RGB", size, colour).save(buf, "JPEG", quality=90)
     return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
 
 

@@ -2,6 +2,7 @@
 
 import asyncio
 import base64
+import hashlib
 
 import httpx
 import orjson
@@ -17,12 +18,15 @@ from workers.client import parse_answer
 
 P = Protocol()
 CHAT = "/v1/chat/completions"
+BATCH = "/v1/chat/completions/batch"
+FRAME_MB = 112 * 4 * 1536 * 2 / 2**20  # a 448x252 frame in the processor cache
 
 
 @pytest.fixture(scope="module")
 def procs(tmp_path_factory):
     with Procs(tmp_path_factory.mktemp("simlogs")) as p:
         yield p
+    assert p.left() == [], "simulators left running"
 
 
 @pytest.fixture(scope="module")
@@ -266,9 +270,11 @@ def test_simulator_matches_a_recorded_real_response(procs, step, release):
     top, prompt_tokens = parse_answer(orjson.dumps(rec["response"]))  # the client reads the real answer
     assert len(top) == 20 and prompt_tokens and prompt_tokens > 100 * recorded.IMAGES[step]
     profile = "qwen3-vl-2b" if step == 3 else "qwen3-vl-8b"
-    url = procs.sim(f"sim-rec{step}", free_port(), "--zero-latency", "--profile", profile, "--vllm", release)
+    name = f"sim-rec{step}-{release}"
+    url = procs.sim(name, free_port(), "--zero-latency", "--profile", profile, "--vllm", release)
     wait_health(url, 20)
     got = httpx.post(url + CHAT, json=recorded.request(step), timeout=30)
+    procs.stop(name)
     assert got.status_code == 200, got.text
     assert shape(got.json()) == shape(rec["response"]), f"simulator vs vLLM {rec['vllm_version']}"
 
@@ -281,3 +287,207 @@ def test_simulators_default_to_the_launchers_context_length():
     assert {p.max_model_len for p in PROFILES.values()} == {MAX_MODEL_LEN}
     with pytest.raises(ValueError, match="no simulated profile for org/other"):
         profile_of("org/other")
+
+
+def test_a_name_started_again_keeps_its_first_process_stopped_with_the_rest(tmp_path):
+    """Two simulators started under one name (as the releases' recorded tests once were): both are stopped."""
+    with Procs(tmp_path) as p:
+        first = p.sim("twin", free_port(), "--zero-latency")
+        second = p.sim("twin", free_port(), "--zero-latency")
+        wait_health(first, 20)
+        wait_health(second, 20)
+        assert len(p.children) == 2 and p.left() == ["twin", "twin"]
+    assert p.left() == [] and p.children == {}
+
+
+# ---- the batch endpoint and the processor cache ---------------------------------------------------------
+
+
+def frames(video: int, n: int) -> list[tuple[str, str]]:
+    """(data URL, uuid) of a video's frames: distinct images, each named by a hash of its content."""
+    urls = [jpeg_url(colour=(video * 37 % 256, 10 + 60 * j, 200)) for j in range(n)]
+    return [(u, hashlib.sha256(u.encode()).hexdigest()[:32]) for u in urls]
+
+
+def conversation(question, options, parts, data=True, uuid=True):
+    """One item's messages: every frame with its data and/or its uuid (a part with neither data nor uuid is
+    never sent)."""
+    msgs = P.request_body(3, question, options, [u if data else "" for u, _ in parts])["messages"]
+    if uuid:
+        for part, (_, key) in zip(msgs[0]["content"], parts, strict=False):
+            part["uuid"] = key
+    return msgs
+
+
+def body_of(messages, **over):
+    """A step-3 request (the 2B's) with these messages: one conversation, or a batch's list of them."""
+    return P.request_body(3, "q", ["a", "b"]) | {"messages": messages} | over
+
+
+ITEMS = [("Which way does the car turn?", ["left", "right", "back"]), ("How many dogs?", ["one", "two"])]
+ITEMS.append(("What colour is the sky?", ["grey", "blue", "red", "green"]))
+
+
+def top20(choice):
+    return choice["logprobs"]["content"][0]
+
+
+def metric(url, name):
+    lines = httpx.get(url + "/metrics").text.splitlines()
+    return next(int(float(line.rsplit(" ", 1)[1])) for line in lines if line.startswith(name + "{"))
+
+
+@pytest.fixture(scope="module")
+def batching(procs):
+    """A simulator whose processor cache holds three 448x252 frames."""
+    url = procs.sim("sim-batch", free_port(), "--zero-latency", "--profile", "qwen3-vl-2b",
+                    "--mm-processor-cache-gb", str(3.5 * FRAME_MB / 1024))  # fmt: skip
+    wait_health(url, 20)
+    return url
+
+
+def test_batch_answers_as_each_conversation_alone(batching):
+    """A video's items in one batch, the first with its frames, the siblings with uuids alone: each choice (by
+    index) is the answer of that item sent alone with its frames and no uuid; usage is summed."""
+    parts = frames(1, 2)
+    alone = [post(batching, body_of(conversation(q, o, parts, uuid=False))) for q, o in ITEMS]
+    assert [r.status_code for r in alone] == [200] * 3
+    hits = metric(batching, "vllm:mm_cache_hits_total")
+    convs = [conversation(q, o, parts, data=i == 0) for i, (q, o) in enumerate(ITEMS)]
+    r = httpx.post(batching + BATCH, json=body_of(convs), timeout=10)
+    assert r.status_code == 200, r.text
+    j = r.json()
+    assert [c["index"] for c in j["choices"]] == [0, 1, 2]
+    assert [top20(c) for c in j["choices"]] == [top20(a.json()["choices"][0]) for a in alone]
+    assert len(top20(j["choices"][0])["top_logprobs"]) == 20
+    assert j["usage"]["prompt_tokens"] == sum(a.json()["usage"]["prompt_tokens"] for a in alone)
+    assert j["usage"]["completion_tokens"] == 3
+    assert metric(batching, "vllm:mm_cache_hits_total") - hits == 2 * 2  # the siblings' frames, from the cache
+    # text alone (step 1's option orders) in one batch: the same answers as one request each
+    orders = [P.request_body(1, "Is it?", opts)["messages"] for opts in (["yes", "no"], ["no", "yes"])]
+    b = httpx.post(batching + BATCH, json=body_of(orders, model=P.steps[1].served_name), timeout=10)
+    assert b.status_code == 404  # this simulator serves the 2B: the model is checked for the batch as a whole
+    b = httpx.post(batching + BATCH, json=body_of(orders), timeout=10).json()
+    assert [top20(c) for c in b["choices"]] == [top20(post(batching, body_of(m)).json()["choices"][0]) for m in orders]
+
+
+def test_uuid_only_parts_are_served_from_the_cache_until_evicted_or_restarted(procs, batching):
+    """A part with a uuid and an empty url takes the cached image, on either endpoint, giving the answer of the
+    image itself; once evicted (least recently used first), or after a restart, the request fails with vLLM's
+    400; a batch fails whole."""
+    a, b = frames(2, 2), frames(3, 2)
+    q, o = ITEMS[0]
+    with_frames = post(batching, body_of(conversation(q, o, a)))
+    assert with_frames.status_code == 200
+    by_uuid = post(batching, body_of(conversation(q, o, a, data=False)))
+    assert by_uuid.status_code == 200 and top20(by_uuid.json()["choices"][0]) == top20(with_frames.json()["choices"][0])
+    assert post(batching, body_of(conversation(q, o, b))).status_code == 200  # holds a1, b0, b1: a0 went
+    miss = post(batching, body_of(conversation(q, o, [a[1], a[0]], data=False)))
+    assert miss.status_code == 400, miss.text
+    err = miss.json()["error"]
+    assert err["message"] == "Cache miss for image at index 1 but data is not provided."
+    assert err["type"] == "BadRequestError"
+    convs = [conversation(q, o, b, data=False), conversation(q, o, a[:1], data=False)]
+    whole = httpx.post(batching + BATCH, json=body_of(convs), timeout=10)
+    assert whole.status_code == 400 and "Cache miss for image at index 0" in whole.json()["error"]["message"]
+    assert "choices" not in whole.json()
+    assert post(batching, body_of(conversation(q, o, b, data=False))).status_code == 200
+    httpx.post(batching + "/_sim/mode", json={"reset_mm_cache": True})
+    assert post(batching, body_of(conversation(q, o, b, data=False))).status_code == 400
+    # a restarted server starts with an empty cache
+    port = free_port()
+    url = procs.sim("sim-restart", port, "--zero-latency", "--profile", "qwen3-vl-2b")
+    wait_health(url, 20)
+    assert post(url, body_of(conversation(q, o, a))).status_code == 200
+    assert post(url, body_of(conversation(q, o, a, data=False))).status_code == 200
+    procs.stop("sim-restart")
+    url = procs.sim("sim-restart", port, "--zero-latency", "--profile", "qwen3-vl-2b")
+    wait_health(url, 20)
+    r = post(url, body_of(conversation(q, o, a, data=False)))
+    assert r.status_code == 400 and "Cache miss for image at index 0" in r.json()["error"]["message"]
+    procs.stop("sim-restart")
+    off = procs.sim("sim-nocache", free_port(), "--zero-latency", "--profile", "qwen3-vl-2b",
+                    "--mm-processor-cache-gb", "0")  # fmt: skip
+    wait_health(off, 20)
+    assert post(off, body_of(conversation(q, o, a))).status_code == 200  # a cache of 0 keeps nothing
+    assert post(off, body_of(conversation(q, o, a, data=False))).status_code == 400
+    assert metric(off, "vllm:mm_cache_queries_total") == 0
+    procs.stop("sim-nocache")
+
+
+def test_one_bad_conversation_fails_the_whole_batch_with_its_error(batching):
+    parts = frames(4, 1)
+    good = [conversation(q, o, parts) for q, o in ITEMS]
+    junk = "data:image/jpeg;base64," + base64.b64encode(b"junk").decode()
+    bad_image = P.request_body(3, "Q?", ["a", "b"], [junk])["messages"]
+    too_long = P.request_body(3, "Q? " * 12000, ["a", "b"])["messages"]
+    ran = metric(batching, "vllm:request_success_total")
+    for convs, text in (
+        ([good[0], bad_image, good[1]], "Failed to load image"),
+        ([good[0], good[1], too_long], "maximum context length is 8192"),
+        ([too_long, bad_image], "maximum context length"),  # the first failing conversation's error
+        ([good[0], []], "messages"),  # an empty conversation
+    ):
+        r = httpx.post(batching + BATCH, json=body_of(convs), timeout=10)
+        assert r.status_code == 400, r.text
+        assert text in r.json()["error"]["message"]
+    assert metric(batching, "vllm:request_success_total") == ran  # no conversation of a failed batch ran
+    r = httpx.post(batching + BATCH, json=body_of(good), timeout=10)
+    assert r.status_code == 200 and metric(batching, "vllm:request_success_total") == ran + 3
+
+
+def test_batch_faults_fail_the_whole_batch(procs):
+    schedule = "1:500,2:nologprobs,3:stale"
+    url = procs.sim("sim-fb", free_port(), "--zero-latency", "--profile", "qwen3-vl-2b", "--fault-schedule", schedule)
+    wait_health(url, 20)
+    batch = body_of([P.request_body(3, q, o)["messages"] for q, o in ITEMS])
+    assert httpx.post(url + BATCH, json=batch, timeout=10).status_code == 500
+    assert [c["logprobs"] for c in httpx.post(url + BATCH, json=batch, timeout=10).json()["choices"]] == [None] * 3
+    stale = httpx.post(url + BATCH, json=batch, timeout=10)
+    assert stale.status_code == 500 and "Expected a cached item for mm_hash=" in stale.json()["error"]["message"]
+    assert httpx.post(url + BATCH, json=batch, timeout=10).status_code == 200
+    procs.stop("sim-fb")
+
+    def run() -> list[int]:
+        u = procs.sim(
+            "sim-fr3",
+            free_port(),
+            "--zero-latency",
+            "--profile",
+            "qwen3-vl-2b",
+            "--faults",
+            "500:0.2",
+            "--fault-seed",
+            "3",
+        )
+        wait_health(u, 20)
+        convs = [[P.request_body(3, f"q{i}-{k}", ["a", "b"])["messages"] for k in range(3)] for i in range(30)]
+        codes = [httpx.post(u + BATCH, json=body_of(c), timeout=10).status_code for c in convs]
+        procs.stop("sim-fr3")
+        return codes
+
+    # by rate, each conversation draws: a fault on any fails its batch (1 - 0.8 ** 3 = 49 % of them),
+    # reproducibly from the seed
+    first = run()
+    assert first == run() and set(first) == {200, 500} and first.count(500) > 0.2 * 30, first
+
+
+@pytest.mark.parametrize(
+    ("release", "batch"), [("0.11.0", False), ("0.21.0", False), ("0.22.0", True), ("0.32.0", True)]
+)
+def test_the_batch_endpoint_by_release(procs, release, batch):
+    """vLLM has the batch endpoint from 0.22 on and lists it in /openapi.json; 0.11.0 answers FastAPI's 404 and
+    does not list it. The chat endpoint is listed by all."""
+    name = f"sim-rel-{release}"
+    url = procs.sim(name, free_port(), "--zero-latency", "--vllm", release, "--api-key", "k")
+    wait_health(url, 20)
+    paths = httpx.get(url + "/openapi.json").json()["paths"]  # no key needed, as in vLLM
+    assert CHAT in paths and "post" in paths[CHAT]
+    assert (BATCH in paths) is batch
+    auth = {"Authorization": "Bearer k"}
+    r = httpx.post(url + BATCH, json=body(messages=[body()["messages"]]), headers=auth, timeout=10)
+    if batch:
+        assert r.status_code == 200 and len(r.json()["choices"]) == 1
+    else:
+        assert r.status_code == 404 and r.json() == {"detail": "Not Found"}
+    procs.stop(name)
