@@ -21,9 +21,9 @@ from stack import Stack
 from vllm_stack import P, model_snapshots, start, vllm_python, wait_ready
 
 from pool_queue.procs import Procs, free_port, wait_health
-from pool_queue.protocol import Protocol
+from pool_queue.protocol import Protocol, image_part
 from pool_queue.synth import SynthConfig, generate
-from workers.client import VLLMClient
+from workers.client import BATCH_PATH, VLLMClient
 from workers.screen import Identity, Item, Screener
 from workers.slots import Slots
 
@@ -51,9 +51,9 @@ def servers(tmp_path_factory):
         yield {1: urls[1], 2: urls[1], 3: urls[3]}, procs, restart
 
 
-def _post(url: str, body: dict[str, Any]) -> httpx.Response:
+def _post(url: str, body: dict[str, Any], path: str = "/v1/chat/completions") -> httpx.Response:
     return httpx.post(
-        f"{url}/v1/chat/completions",
+        f"{url}{path}",
         content=orjson.dumps(body),
         headers={"Content-Type": "application/json"},
         timeout=300,
@@ -229,6 +229,17 @@ def test_simulator_answers_with_the_real_servers_structure(servers, procs, video
         if real.status_code != 200:  # same text (the token count of an over-long prompt is the sim's estimate)
             cut = 60 if name == "too long" else None
             assert real.json()["error"]["message"][:cut] == sim.json()["error"]["message"][:cut], name
+    # the batch endpoint (vLLM >= 0.22; 0.11.0 answers 404): a batch's shape, and a uuid no cache holds
+    two = P.batch_body(1, [P.messages(q, o, []) for o in (opts, opts[::-1])])
+    unknown = P.batch_body(3, [P.messages(q, opts, [image_part("", "f" * 32)])])
+    for name, (s, body) in {"batch": (1, two), "uuid not cached": (3, unknown)}.items():
+        real, sim = _post(urls[s], body, BATCH_PATH), _post(sims[s], body, BATCH_PATH)
+        assert real.status_code == sim.status_code, (name, real.text, sim.text)
+        assert shape(real.json()) == shape(sim.json()), name
+        if real.status_code != 200:
+            assert (real.json().get("error") or real.json()) == (sim.json().get("error") or sim.json()), name
+    listed = {u: BATCH_PATH in httpx.get(f"{u}/openapi.json").json()["paths"] for u in (urls[1], sims[1])}
+    assert len(set(listed.values())) == 1, listed
     bare = orjson.dumps(cases["text"][1])  # no Content-Type header: vLLM refuses it
     real = httpx.post(f"{urls[1]}/v1/chat/completions", content=bare)
     sim = httpx.post(f"{sims[1]}/v1/chat/completions", content=bare)

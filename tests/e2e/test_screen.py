@@ -42,6 +42,9 @@ def test_full_three_step_run_equals_direct_computation_and_chains(stack):
     r = next(iter(rows1.values()))
     assert r["n_perm"] == 4 and len(r["forwards"]) == 4 and all(len(f["top"]) == 20 for f in r["forwards"])
     assert r["fingerprint"] and r["revision"] and r["worker"].split(".")[0] in names
+    # the simulator lists the batch endpoint: an item's orders, and a video's items, went as one request each
+    assert {f["sent"] for f in r["forwards"]} == {"batch"}
+    assert "batch" in {f["sent"] for step in (2, 3) for row in stack.winners(step).values() for f in row["forwards"]}
     for step in (1, 2, 3):
         stack.enqueue(step)  # nothing left: idempotent, enqueues nothing
     assert stack.queued() == 0
