@@ -75,6 +75,11 @@ class _Writer:
         self.line(kind, expect, reason)
 
 
+def _link(link: Path, target: Path) -> None:
+    """A symlink by a relative path: the root stays valid when it is moved (`synth.build_root` renames it)."""
+    link.symlink_to(os.path.relpath(target, link.parent))
+
+
 def _image(size: tuple[int, int], fmt: str = "JPEG", mode: str = "RGB", value: object = 120) -> bytes:
     out = io.BytesIO()
     im = Image.new(mode, size, value)  # type: ignore[arg-type]
@@ -190,8 +195,8 @@ def add_hostile(root: Path, seed: int = 0) -> list[Kind]:
                                             "frame 2.JPG": good["frame_2.jpg"]})  # fmt: skip
     w.frames("frames-appledouble-beside", "ok", "", {**good, "._frame_0.jpg": b"\x00\x05\x16\x07"})
     w.frames("frames-link-out-beside", "ok", "", good)
-    (w.cache / "hv-hx-frames-link-out-beside" / "frame_7.jpg").symlink_to(w.outside / "secret.jpg")
-    (w.cache / "hv-hx-folder-link-out").symlink_to(w.outside / "clip")
+    _link(w.cache / "hv-hx-frames-link-out-beside" / "frame_7.jpg", w.outside / "secret.jpg")
+    _link(w.cache / "hv-hx-folder-link-out", w.outside / "clip")
     w.line("folder-link-out", "no-frames")
     (w.cache / "hv-hx-folder-is-file").write_bytes(b"not a folder")
     w.line("folder-is-file", "no-frames")
@@ -216,12 +221,12 @@ def _names_and_exports(w: _Writer, root: Path, good: dict[str | bytes, bytes]) -
     exports write them, and text as editors and other systems write it."""
     items, cache = root / "items", w.cache
     # ---- names and links in the frame cache
-    (cache / "hv-hx-folder-loop").symlink_to(cache / "hv-hx-folder-loop")
+    _link(cache / "hv-hx-folder-loop", cache / "hv-hx-folder-loop")
     w.line("folder-link-loop", "no-frames")
-    (cache / "hv-hx-folder-ring-a").symlink_to(cache / "hv-hx-folder-ring-b")
-    (cache / "hv-hx-folder-ring-b").symlink_to(cache / "hv-hx-folder-ring-a")
+    _link(cache / "hv-hx-folder-ring-a", cache / "hv-hx-folder-ring-b")
+    _link(cache / "hv-hx-folder-ring-b", cache / "hv-hx-folder-ring-a")
     w.line("folder-link-ring", "no-frames", video_id="hv-hx-folder-ring-a")
-    (cache / "hv-hx-folder-dangling").symlink_to(cache / "hv-never-there")
+    _link(cache / "hv-hx-folder-dangling", cache / "hv-never-there")
     w.line("folder-link-dangling", "no-frames")
     latin1 = cache / os.fsdecode(b"hv-caf\xe9-latin1")  # no item can name it; every listing passes it by
     latin1.mkdir()

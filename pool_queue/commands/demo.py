@@ -31,7 +31,7 @@ from ..queue import Screen, screen_of
 from ..report import step_report
 from ..settings import default_results, load_settings
 from ..store import Store
-from ..synth import SynthConfig, generate
+from ..synth import SynthConfig, build_root, generate
 from . import enqueue
 from .audit import summary
 from .report import write_report
@@ -70,8 +70,12 @@ def _pool(a: argparse.Namespace, con: Console) -> None:
     if not (a.root / "items").exists():
         shape = {**DEFAULT_SHAPE, **asked}
         con.print(f"generating a synthetic pool in {a.root} ({shape['items']} items, {shape['videos']} videos)...")
-        generate(a.root, SynthConfig(n_items=shape["items"], n_videos=shape["videos"]))
-        (a.root / SHAPE).write_text(json.dumps(shape))
+
+        def make(folder: Path) -> None:  # written beside the root, renamed into place when complete
+            generate(folder, SynthConfig(n_items=shape["items"], n_videos=shape["videos"]))
+            (folder / SHAPE).write_text(json.dumps(shape))
+
+        build_root(a.root, make, con.print)
         return
     try:
         have = json.loads((a.root / SHAPE).read_text())
