@@ -23,7 +23,7 @@ from rich.table import Table
 from ..audit import run_audit
 from ..cli import exe, fail, reports_errors
 from ..items import ItemSet, load_items
-from ..plan import eligible
+from ..plan import eligible, frameless_notes
 from ..procs import Procs, free_port, wait_health
 from ..progress import console, duration
 from ..protocol import Protocol
@@ -122,14 +122,18 @@ def _demo(a: argparse.Namespace, con: Console) -> None:
     t = Table("step", "done", "removed", "errors", "wall", "items/s", title=title)
     for s in sorted(protocol.steps):
         r = step_report(s, store, item_set)  # the report's numbers: rows over the step's own wall time
-        wall = duration(r.wall_s) if r.wall_s >= 60 else f"{r.wall_s:.1f} s"
         rate = f"{r.rows.num_rows / r.wall_s:.1f}" if r.wall_s else "-"
-        t.add_row(str(s), str(r.rows.num_rows), str(r.n_removed), str(r.n_errors), wall, rate)
+        t.add_row(str(s), str(r.rows.num_rows), str(r.n_removed), str(r.n_errors), duration(r.wall_s), rate)
     con.print(t)
+    frames = a.root / "frames" / "pool_frames"
+    for line in frameless_notes(protocol, item_set.items, store, frames):
+        con.print(line, highlight=False)
     con.print(f"rows in {results}")
     checked = run_audit(results, protocol, item_set, a.root / "frames" / "pool_frames", show=False)
     con.print(summary(checked).splitlines()[-1])
-    report = write_report(store, item_set, protocol, results.parent / f"report{results.name.removeprefix('pool')}")
+    report = write_report(
+        store, item_set, protocol, results.parent / f"report{results.name.removeprefix('pool')}", frames
+    )
     con.print(f"report with plots: {report}")
     print(_commands(a.root, results, redis_url, env, live=False), flush=True)
 

@@ -19,6 +19,7 @@ from test_readme import fenced_lines
 from pool_queue.commands import export as export_command
 from pool_queue.items import load_items
 from pool_queue.procs import free_port, wait_health
+from pool_queue.progress import duration
 from pool_queue.protocol import Protocol
 from pool_queue.report import all_steps, by_benchmark, step_report
 from pool_queue.rows import ROW_SCHEMA
@@ -144,8 +145,11 @@ def test_demo_runs_the_whole_screen(tmp_path, monkeypatch):
     assert "| 1 | 150 |" in report and (tmp_path / "demo" / "results" / "report" / "margins.png").stat().st_size > 5000
     rep = step_report(1, Store(tmp_path / "demo" / "results" / "pool", Protocol().fingerprint), load_items(
         tmp_path / "demo" / "items"))  # fmt: skip
-    rate = f"{rep.rows.num_rows / rep.wall_s:.1f}"
-    assert f"| {rate} |" in report and f" {rate} " in out.stdout.split("demo screen of", 1)[1]
+    rate, summary = f"{rep.rows.num_rows / rep.wall_s:.1f}", out.stdout.split("demo screen of", 1)[1]
+    assert f"| {rate} |" in report and f" {rate} " in summary
+    assert f"| {duration(rep.wall_s)} |" in report and f" {duration(rep.wall_s)} " in summary  # one format
+    bare = "survivors of step 1 have no frames: not screened in steps 2-3 here"  # 150 items, some of k: videos
+    assert bare in " ".join(summary.split()) and bare in report
 
 
 def test_ctrl_c_during_step_3_then_the_demo_again_ends_with_every_step_complete(tmp_path):
