@@ -294,6 +294,15 @@ def test_burst_caps_the_server_wait_at_30_s(pool_root):
     assert "waiting up to 30 s for the vLLM server" in first, first
 
 
+def test_a_burst_worker_with_nothing_queued_says_so(procs, pool_root, tmp_path):
+    redis = procs.redis(free_port(), tmp_path / "redis")
+    sim = procs.sim("sim", free_port(), "--profile", "qwen3-vl-8b", "--zero-latency")
+    wait_health(sim, 30)
+    out = _worker(pool_root, "--server", sim, "--steps", "1,2", "--burst", "--redis-url", redis)
+    assert out.returncode == 0, out.stderr
+    assert "burst: nothing queued for step(s) 1,2 (pool-enqueue --step N puts work there); exiting" in out.stderr
+
+
 def test_a_redis_port_given_as_the_server_fails_at_once(procs, pool_root, tmp_path):
     port = free_port()
     procs.redis(port, tmp_path / "redis")
@@ -344,3 +353,8 @@ def test_rq_info_reaches_the_pools_redis_as_the_pool_commands_do(procs, tmp_path
         "error: setting REDIS_URL: '127.0.0.1:6391' is not a Redis URL: write redis://HOST:PORT/DB "
         "(password in REDIS_PASSWORD)"
     ], out.stderr
+    gone = f"redis://127.0.0.1:{free_port()}/0"  # a .env a stopped demo left: its Redis went with it
+    (tmp_path / ".env").write_text(f"REDIS_URL={gone}\n")
+    out = subprocess.run(rq, env=clean, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    (line,) = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and gone in line and f"REDIS_URL in {tmp_path / '.env'}" in line, out.stderr
