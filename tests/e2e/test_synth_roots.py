@@ -45,6 +45,21 @@ def test_ctrl_c_leaves_no_root_and_the_next_run_removes_the_leftover(tmp_path):
     assert (tmp_path / "big" / SYNTHETIC).is_file()
 
 
+def test_ctrl_c_while_the_demo_generates_its_pool_leaves_no_root_to_screen(tmp_path):
+    env = {**os.environ, "POOL_ENV_FILE": ""}
+    cmd = [str(BIN / "pool-demo"), "--root", "demo", "--items", "4000", "--videos", "1500"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    partial = tmp_path / f"demo{PARTIAL}"
+    deadline = time.monotonic() + 300
+    while not (partial / "frames" / "pool_frames").is_dir() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "pool-demo ended before it was interrupted"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert not (tmp_path / "demo").exists() and partial.is_dir()  # nothing a rerun could take for a pool
+
+
 def test_a_leftover_it_did_not_leave_is_refused_and_kept(tmp_path):
     stranger = tmp_path / f"pool{PARTIAL}"
     stranger.mkdir()
