@@ -75,7 +75,11 @@ def _pool(a: argparse.Namespace, con: Console) -> None:
             generate(folder, SynthConfig(n_items=shape["items"], n_videos=shape["videos"]))
             (folder / SHAPE).write_text(json.dumps(shape))
 
-        build_root(a.root, make, con.print)
+        try:
+            build_root(a.root, make, con.print)
+        except KeyboardInterrupt:  # no process was started yet, and no pool is left to resume
+            con.print(f"interrupted while generating: {a.root} was not made; `pool-demo` generates it again")
+            raise SystemExit(130) from None
         return
     try:
         have = json.loads((a.root / SHAPE).read_text())

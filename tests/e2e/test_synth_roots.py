@@ -55,8 +55,9 @@ def test_ctrl_c_while_the_demo_generates_its_pool_leaves_no_root_to_screen(tmp_p
         time.sleep(0.05)
     assert proc.poll() is None, "pool-demo ended before it was interrupted"
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "Traceback" not in err, err
+    assert "interrupted while generating: demo was not made" in out and "resumes" not in out, out
     assert not (tmp_path / "demo").exists() and partial.is_dir()  # nothing a rerun could take for a pool
 
 
