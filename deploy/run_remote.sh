@@ -9,6 +9,10 @@
 # Redis: REDIS_URL (default redis://127.0.0.1:6379/0); POOL_ROOT is the package root (default: cwd).
 set -euo pipefail
 PY="${PY:-python3}"
+if ! "$PY" -c 'import pool_queue' 2>/dev/null; then  # one line, not Python's "Error while finding module specification"
+  echo "error: $PY cannot import pool_queue: run \`source .venv/bin/activate\` in the checkout first, or set PY to the venv's python" >&2
+  exit 2
+fi
 export POOL_ROOT="${POOL_ROOT:-$PWD}"
 STEP_ARGS=()
 [ -n "${STEP:-}" ] && STEP_ARGS=(--step "$STEP")

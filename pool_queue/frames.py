@@ -14,6 +14,7 @@ import io
 import os
 import re
 import time
+import unicodedata
 from collections import OrderedDict
 from pathlib import Path
 
@@ -48,6 +49,8 @@ def video_folder(frames_dir: Path, video_id: str) -> tuple[Path | None, str]:
         return None, why
     d = frames_dir / video_id
     try:
+        if not d.exists() and not d.is_symlink() and (twin := _form_twin(frames_dir, video_id)) is not None:
+            d = twin
         if d.is_symlink() and not d.resolve().is_relative_to(frames_dir.resolve()):
             return None, f"video folder {video_id!r} is a link leading outside the frame cache"
         if not d.is_dir():
@@ -57,6 +60,24 @@ def video_folder(frames_dir: Path, video_id: str) -> tuple[Path | None, str]:
     except RuntimeError:  # Python 3.11's resolve() on a loop of links
         return None, f"frame folder of video {video_id[:80]!r} is a loop of links"
     return d, ""
+
+
+def other_forms(name: str) -> list[str]:
+    """The spellings of `name` in the other Unicode normalization form: its NFD for an NFC name, its NFC
+    for an NFD one, none for an ASCII name or one in neither form. A video_id in NFC and its folder in
+    NFD (as a tar made on macOS writes names) render the same: one is found by the other."""
+    if name.isascii():
+        return []
+    forms = [unicodedata.normalize(f, name) for f in ("NFC", "NFD")]
+    return [f for f in forms if f != name] if name in forms else []
+
+
+def _form_twin(frames_dir: Path, video_id: str) -> Path | None:
+    """The folder named `video_id` in its other Unicode form, when there is no folder of its exact name."""
+    for other in other_forms(video_id):
+        if (frames_dir / other).is_dir():
+            return frames_dir / other
+    return None
 
 
 def _name_problem(video_id: str) -> str:
@@ -87,10 +108,13 @@ def frame_videos(frames_dir: Path) -> pa.Array:
         if (memo := _listed.get(frames_dir)) is not None and memo[0] == key:
             return memo[1]
         with os.scandir(frames_dir) as it:
-            names = [e.name for e in it if _name_problem(e.name) == "" and (
-                e.is_dir(follow_symlinks=False) or video_folder(frames_dir, e.name)[0] is not None)]  # fmt: skip
+            entries = list(it)
+        names = [e.name for e in entries if _name_problem(e.name) == "" and (
+            e.is_dir(follow_symlinks=False) or video_folder(frames_dir, e.name)[0] is not None)]  # fmt: skip
     except OSError:  # no cache (yet), or one we may not read: no video has frames
         return pa.array([], pa.string())
+    present = {e.name for e in entries}  # a name that is there is matched as itself, never as a twin
+    names += [o for n in names for o in other_forms(n) if o not in present and _name_problem(o) == ""]
     found = pa.array(names, pa.string())
     if time.time() - st.st_mtime > 2.0:
         _listed[frames_dir] = (key, found)
@@ -98,13 +122,12 @@ def frame_videos(frames_dir: Path) -> pa.Array:
 
 
 def unicode_form_twins(video_ids: pa.Array | pa.ChunkedArray, frames_dir: Path) -> pa.Table:
-    """(video_id, folder): items' videos with no frame folder of their exact name, while a folder's name
-    differs from it only by Unicode normalization: an id in NFC ("caf\\u00e9") and a folder in NFD
-    ("cafe\\u0301"), as a tar made on macOS writes it. Both render the same and the folder is a
-    listed entry of the cache, yet the id is not matched to it: a video is matched by its exact name
-    everywhere (plan, worker, status, audit), two such folders can both exist on Linux, and the package
-    root is never renamed. The pair is named for the user, who renames the folders to the items'
-    spelling (or re-extracts); column operations over the unique ids and one listing."""
+    """(video_id, folder): items' videos with no frame folder, while a folder's name differs from the id
+    only by Unicode normalization and is not its other form (`other_forms`: an NFC id and an NFD folder,
+    as a tar made on macOS writes it, are matched everywhere and never listed here), e.g. a name mixing
+    both forms. Both render the same, yet the id is not matched to it: the pair is named for the user,
+    who renames the folder to the items' spelling (or re-extracts); the package root is never renamed.
+    Column operations over the unique ids and one listing."""
     folders = frame_videos(frames_dir)
     ids = pc.unique(video_ids.combine_chunks() if isinstance(video_ids, pa.ChunkedArray) else video_ids)
     lost = pc.filter(ids, pc.invert(pc.fill_null(pc.is_in(ids, value_set=folders), False)))
@@ -113,7 +136,8 @@ def unicode_form_twins(video_ids: pa.Array | pa.ChunkedArray, frames_dir: Path) 
     a = pa.table({"key": pc.utf8_normalize(lost, form="NFC"), "video_id": lost})
     b = pa.table({"key": pc.utf8_normalize(folders, form="NFC"), "folder": folders})
     pairs = a.join(b, "key", join_type="inner").select(["video_id", "folder"])
-    return pairs.sort_by([("video_id", "ascending"), ("folder", "ascending")])
+    real = [os.path.lexists(frames_dir / f) for f in pairs.column("folder").to_pylist()]  # not a spelling of one
+    return pairs.filter(pa.array(real, pa.bool_())).sort_by([("video_id", "ascending"), ("folder", "ascending")])
 
 
 def list_frames(folder: Path, frames_dir: Path | None = None) -> list[Path]:

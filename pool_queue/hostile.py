@@ -75,6 +75,11 @@ class _Writer:
         self.line(kind, expect, reason)
 
 
+def _link(link: Path, target: Path) -> None:
+    """A symlink by a relative path: the root stays valid when it is moved (`synth.build_root` renames it)."""
+    link.symlink_to(os.path.relpath(target, link.parent))
+
+
 def _image(size: tuple[int, int], fmt: str = "JPEG", mode: str = "RGB", value: object = 120) -> bytes:
     out = io.BytesIO()
     im = Image.new(mode, size, value)  # type: ignore[arg-type]
@@ -149,6 +154,9 @@ def add_hostile(root: Path, seed: int = 0) -> list[Kind]:
     w.line("options-bad-json", bad, "options is not a list of strings", options="[not json")
     w.line("line-cut", bad, "not valid JSON", raw='{"item_id": "hx-line-cut", "benchmark": ')
     w.line("line-array", bad, "not a JSON object", raw="[1, 2, 3]")
+    two, pair = "2 JSON values on one line", [json.dumps(w.item(f"hx-two-on-a-line-{k}")) for k in (1, 2)]
+    w.line("two-on-a-line-1", bad, two, raw=" ".join(pair), item_id="hx-two-on-a-line-1")
+    w.kinds.append(Kind("two-on-a-line-2", "hx-two-on-a-line-2", bad, two, line=len(w.jsonl)))  # named too
 
     # ---- valid, odd: screened like any other
     w.line("unicode", "ok", question="¿Qué hace 👩‍🍳 después? مرحبا " + question_in_band(w.rng, HARD))
@@ -190,8 +198,8 @@ def add_hostile(root: Path, seed: int = 0) -> list[Kind]:
                                             "frame 2.JPG": good["frame_2.jpg"]})  # fmt: skip
     w.frames("frames-appledouble-beside", "ok", "", {**good, "._frame_0.jpg": b"\x00\x05\x16\x07"})
     w.frames("frames-link-out-beside", "ok", "", good)
-    (w.cache / "hv-hx-frames-link-out-beside" / "frame_7.jpg").symlink_to(w.outside / "secret.jpg")
-    (w.cache / "hv-hx-folder-link-out").symlink_to(w.outside / "clip")
+    _link(w.cache / "hv-hx-frames-link-out-beside" / "frame_7.jpg", w.outside / "secret.jpg")
+    _link(w.cache / "hv-hx-folder-link-out", w.outside / "clip")
     w.line("folder-link-out", "no-frames")
     (w.cache / "hv-hx-folder-is-file").write_bytes(b"not a folder")
     w.line("folder-is-file", "no-frames")
@@ -216,12 +224,12 @@ def _names_and_exports(w: _Writer, root: Path, good: dict[str | bytes, bytes]) -
     exports write them, and text as editors and other systems write it."""
     items, cache = root / "items", w.cache
     # ---- names and links in the frame cache
-    (cache / "hv-hx-folder-loop").symlink_to(cache / "hv-hx-folder-loop")
+    _link(cache / "hv-hx-folder-loop", cache / "hv-hx-folder-loop")
     w.line("folder-link-loop", "no-frames")
-    (cache / "hv-hx-folder-ring-a").symlink_to(cache / "hv-hx-folder-ring-b")
-    (cache / "hv-hx-folder-ring-b").symlink_to(cache / "hv-hx-folder-ring-a")
+    _link(cache / "hv-hx-folder-ring-a", cache / "hv-hx-folder-ring-b")
+    _link(cache / "hv-hx-folder-ring-b", cache / "hv-hx-folder-ring-a")
     w.line("folder-link-ring", "no-frames", video_id="hv-hx-folder-ring-a")
-    (cache / "hv-hx-folder-dangling").symlink_to(cache / "hv-never-there")
+    _link(cache / "hv-hx-folder-dangling", cache / "hv-never-there")
     w.line("folder-link-dangling", "no-frames")
     latin1 = cache / os.fsdecode(b"hv-caf\xe9-latin1")  # no item can name it; every listing passes it by
     latin1.mkdir()
@@ -259,11 +267,15 @@ def _names_and_exports(w: _Writer, root: Path, good: dict[str | bytes, bytes]) -
                       "options": pa.array([["a", "b"]], pa.list_(pa.string(), 2)), "gold": [1]})  # fmt: skip
     pq.write_table(fixed, items / "hostile_fixed_list.parquet")
     w.kinds.append(Kind("parquet-fixed-size-list", "hx-fixed-list", "ok"))
-    floats = pa.table({"item_id": pa.array([2.0**60, 12345.0]), "benchmark": [BENCH] * 2, "video_id": ["hv-f"] * 2,
-                       "question": ["Q?"] * 2, "options": pa.array([["a", "b"]] * 2), "gold": [0, 1]})  # fmt: skip
+    floats = pa.table({"item_id": pa.array([2.0**60, 12345.0, float("nan")]), "benchmark": [BENCH] * 3,
+                       "video_id": ["hv-f"] * 3, "question": ["Q?"] * 3, "options": pa.array([["a", "b"]] * 3),
+                       "gold": [0, 1, 0]})  # fmt: skip
     pq.write_table(floats, items / "hostile_float_ids.parquet")
     w.kinds.append(Kind("parquet-float-id-beyond-2^53", "1.152921504606847e+18", "rejected", "float beyond 2^53"))
     w.kinds.append(Kind("parquet-float-id-exact", "12345", "ok"))
+    w.kinds.append(Kind("parquet-float-id-nan", "nan", "rejected", "or NaN, not an exact id", line=3))
+    w.line("id-whole-float", "ok", raw=json.dumps(w.item("x")).replace('"x"', "4242.0", 1))  # pandas beside a NaN
+    w.kinds[-1] = Kind("id-whole-float", "4242", "ok")  # the id a Parquet file of the same column gives
     part = items / "hostile_parts.parquet"
     part.mkdir()
     for k in range(2):
@@ -276,20 +288,22 @@ def _names_and_exports(w: _Writer, root: Path, good: dict[str | bytes, bytes]) -
 
 def _text_as_written(w: _Writer, items: Path, good: dict[str | bytes, bytes]) -> None:
     """Text no screen can use or find as it stands: a lone surrogate escape, questions and options with
-    nothing visible, a frame folder named in NFD for an NFC video_id (a tar made on macOS), and item
-    files in UTF-16 and UTF-32, with and without a BOM."""
+    nothing visible, a frame folder named in NFD for an NFC video_id (a tar made on macOS: found, and
+    screened) or in a mix of both forms (named by pool-items), and item files in UTF-16 and UTF-32, with
+    and without a BOM."""
     raw = json.dumps(w.item("hx-lone-surrogate", question="SURROGATE")).replace('"SURROGATE"', '"a \\ud800 b"')
     w.line("question-lone-surrogate", "rejected", "lone surrogate", raw=raw, item_id="hx-lone-surrogate")
     w.line("question-zero-width", "rejected", "empty question", question="\u200b\u200c\u200d")
     w.line("question-invisible-and-space", "rejected", "empty question", question=" \u2060\t\ufeff\u00ad ")
     w.line("option-zero-width", "rejected", "empty option text", options=["a", "\u200b", "c"])
-    nfd = w.cache / "hv-hx-cafe\u0301"
-    nfd.mkdir()
-    for name, data in good.items():
-        (nfd / os.fsdecode(name)).write_bytes(data)
-    w.line("video-nfc-folder-nfd", "no-frames", video_id="hv-hx-caf\u00e9")
-    twins = "'hv-hx-caf\\xe9' has no frame folder, but folder 'hv-hx-cafe\\u0301' differs"
-    w.kinds[-1] = Kind("video-nfc-folder-nfd", "hx-video-nfc-folder-nfd", "no-frames", warning=twins)
+    for folder in ("hv-hx-cafe\u0301", "hv-hx-cafe\u0301-\u00e9"):  # NFD; NFC and NFD mixed
+        (w.cache / folder).mkdir()
+        for name, data in good.items():
+            (w.cache / folder / os.fsdecode(name)).write_bytes(data)
+    w.line("video-nfc-folder-nfd", "ok:2", video_id="hv-hx-caf\u00e9")  # the frames are there: screened
+    w.line("video-nfc-folder-mixed-forms", "no-frames", video_id="hv-hx-caf\u00e9-\u00e9")
+    twins = "'hv-hx-caf\\xe9-\\xe9' has no frame folder, but folder 'hv-hx-cafe\\u0301-\\xe9' differs"
+    w.kinds[-1] = Kind("video-nfc-folder-mixed-forms", "hx-video-nfc-folder-mixed-forms", "no-frames", warning=twins)
     for enc in ("utf-16", "utf-32-be"):  # a BOM, and none
         name = enc.replace("-", "")
         lines = [json.dumps(w.item(f"hx-{name}-ok")), json.dumps(w.item(f"hx-{name}-bad", answer="Z"))]

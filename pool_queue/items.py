@@ -60,10 +60,10 @@ RAW_SCHEMA = pa.schema(
         ("options", pa.list_(pa.string())),
         ("_source", pa.string()),
         ("_row", pa.int64()),
-        ("_inexact", pa.string()),  # an id column whose value is a float too large to be exact
+        ("_inexact", pa.string()),  # an id column whose value is a float too large to be exact, or NaN
     ]
 )
-_ID_IN_LINE = re.compile(r'"item_id"\s*:\s*"([^"]{1,200})"')
+_ID_IN_LINE = re.compile(r'"item_id"\s*:\s*(?:"([^"]{1,200})"|(-?[0-9][0-9.eE+-]{0,60}))')  # text, or a number
 REPORT_SCHEMA = pa.schema(
     [("item_id", pa.string()), ("source", pa.string()), ("line", pa.int64()), ("reason", pa.string())]
 )
@@ -234,29 +234,52 @@ def _read_jsonl_lines(path: Path, data: bytes) -> tuple[pa.Table, pa.Table]:
     for i, line in enumerate(io.BytesIO(data), start=1):
         if not line.strip():
             continue
+        text = line.decode("utf-8", "replace")
         try:  # numbers as their own digits: an id is never rounded, however large
             obj = json.loads(line, parse_float=Decimal, parse_int=_exact_int)
         except json.JSONDecodeError as e:
             obj, why = None, f"not valid JSON ({e.msg}, at column {e.colno})"
+            if e.msg == "Extra data" and len(values := _values_in(text)) > 1:
+                why = f"{len(values)} JSON values on one line (JSONL holds one item per line)"
         except ValueError as e:  # bytes that are not UTF-8
             obj, why = None, f"not valid JSON ({e})"
         else:
             why = "not a JSON object"
         if isinstance(obj, dict) and _SURROGATE.search(line) and (field := _surrogate_field(obj)) is not None:
             obj, why = None, f"{field} holds a lone surrogate escape (half of a UTF-16 pair, not a character)"
-        if not isinstance(obj, dict):
-            found = _ID_IN_LINE.search(line.decode("utf-8", "replace"))
-            bad.append({"item_id": found.group(1) if found else "", "source": path.name, "line": i,
-                        "reason": why})  # fmt: skip
+        if not isinstance(obj, dict):  # every item the line names is named in the report, not only its first
+            ids = list(dict.fromkeys(t or n for t, n in _ID_IN_LINE.findall(text))) or [""]
+            bad += [{"item_id": found, "source": path.name, "line": i, "reason": why} for found in ids]
             continue
         rows.append({**obj, "_row": i})
     names = {k for r in rows for k in r if k in USED}  # other fields are never read, whatever they hold
     cols: dict[str, list[object]] = {c: [r.get(c) for r in rows] for c in (*names, "_row")}
-    table = {c: pa.array([_scalar_text(v) for v in vals], pa.string()) for c, vals in cols.items() if c != "_row"}
+    table = {c: pa.array([_scalar_text(_whole(v) if c in ID_COLUMNS else v) for v in vals], pa.string())
+             for c, vals in cols.items() if c != "_row"}  # fmt: skip
     if "options" in cols:
         table["options"] = pa.array([_options_value(v) for v in cols["options"]], pa.list_(pa.string()))
     table["_row"] = pa.array(cols.get("_row", []), pa.int64())
     return pa.table(table), pa.Table.from_pylist(bad, schema=REPORT_SCHEMA)
+
+
+def _values_in(text: str) -> list[object]:
+    """The JSON values written one after another on a line (`{...} {...}`), as far as they decode."""
+    decoder, values, at = json.JSONDecoder(), [], 0
+    while (at := len(text) - len(text[at:].lstrip())) < len(text):
+        try:
+            value, at = decoder.raw_decode(text, at)
+        except json.JSONDecodeError:
+            break
+        values.append(value)
+    return values
+
+
+def _whole(v: object) -> object:
+    """An id written as a whole float (`101.0`, as pandas writes integers beside a NaN) as its integer,
+    the id a Parquet file of the same column gives; other values as they are."""
+    if isinstance(v, Decimal) and v.is_finite() and v == v.to_integral_value() and abs(v) < EXACT_FLOAT:
+        return int(v)
+    return v
 
 
 def _scalar_text(v: object) -> str | None:
@@ -366,7 +389,10 @@ def validate(table: pa.Table) -> tuple[pa.Table, pa.Table]:
         (has_empty_opt, "empty option text"),
         *((pc.and_(pc.invert(opt_bad), m), why) for m, why in gold_checks),
         *(
-            (pc.fill_null(pc.equal(table.column("_inexact"), c), False), f"{c} is a float beyond 2^53, not exact")
+            (
+                pc.fill_null(pc.equal(table.column("_inexact"), c), False),
+                f"{c} is a float beyond 2^53 or NaN, not an exact id",
+            )
             for c in ID_COLUMNS
         ),
     ]
@@ -417,12 +443,11 @@ def _canonical(path: Path, t: pa.Table) -> pa.Table:
         raise ItemsError(f"{path}: no gold answer column (one of {', '.join(GOLD_COLUMNS)})")
     cols: dict[str, pa.Array] = {}
     inexact = pa.nulls(t.num_rows, pa.string())
-    for c in ID_COLUMNS:  # a float id at or past 2^53 may already be another number: refused, never guessed
+    for c in ID_COLUMNS:  # a float id at or past 2^53 may already be another number, a NaN is none: refused
         if pa.types.is_floating(t.schema.field(c).type):
-            big = pc.fill_null(
-                pc.greater_equal(pc.abs(t.column(c).combine_chunks().cast(pa.float64())), EXACT_FLOAT), False
-            )
-            inexact = pc.if_else(pc.and_(big, pc.is_null(inexact)), pa.scalar(c), inexact)
+            v = t.column(c).combine_chunks().cast(pa.float64())
+            bad = pc.fill_null(pc.or_(pc.greater_equal(pc.abs(v), EXACT_FLOAT), pc.is_nan(v)), False)
+            inexact = pc.if_else(pc.and_(bad, pc.is_null(inexact)), pa.scalar(c), inexact)
     for c in (*REQUIRED[:4], *GOLD_COLUMNS):
         if c not in t.column_names:
             cols[c] = pa.nulls(t.num_rows, pa.string())

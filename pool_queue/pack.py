@@ -5,6 +5,9 @@ root really lives, so the receiving side unpacks the layout it knows. The store'
 indexes (this release's and earlier ones') are left out. The tarball is written under a temporary
 name and renamed when complete, so a crash never leaves a file that looks finished; the `.sha256`
 line is `sha256sum` format.
+
+A root made by `pool-synth` or `pool-demo` holds the mark `SYNTHETIC.json`: its results are made up. The
+pack carries it as its first member, where `pool-upload` looks before sending anything.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from pathlib import Path
 from .progress import byte_progress
 from .segment_index import INDEX_DIR_PREFIX
 from .shards import sha256_file
+
+SYNTHETIC = "SYNTHETIC.json"  # in a generated root, and first in its pack: its results never reach the dataset
 
 
 def pack_name(host: str | None = None, day: date | None = None) -> str:
@@ -36,11 +41,16 @@ def _members(results: Path, logs: Path, steps: list[int]) -> list[tuple[Path, st
     return out
 
 
-def pack(results: Path, logs: Path, steps: list[int], out_dir: Path, name: str, show: bool = True) -> tuple[Path, Path]:
-    """Write `<name>.tar.gz` and `<name>.sha256` into out_dir (the rows of `steps`); returns both paths."""
+def pack(
+    results: Path, logs: Path, steps: list[int], out_dir: Path, name: str, show: bool = True, root: Path | None = None
+) -> tuple[Path, Path]:
+    """Write `<name>.tar.gz` and `<name>.sha256` into out_dir (the rows of `steps`); returns both paths.
+    The package `root`'s synthetic mark, when it has one, goes first."""
     members = _members(results, logs, steps)
     if not any(arc.startswith("results/") for _, arc in members):
         raise FileNotFoundError(f"no step rows under {results}: nothing to pack")
+    if root is not None and (root / SYNTHETIC).is_file():
+        members.insert(0, (root / SYNTHETIC, SYNTHETIC))
     out_dir.mkdir(parents=True, exist_ok=True)
     tar_path, sha_path = out_dir / f"{name}.tar.gz", out_dir / f"{name}.sha256"
     partial = tar_path.with_name(tar_path.name + ".partial")
@@ -52,6 +62,17 @@ def pack(results: Path, logs: Path, steps: list[int], out_dir: Path, name: str, 
     partial.replace(tar_path)
     sha_path.write_text(f"{sha256_file(tar_path)}  {tar_path.name}\n")
     return tar_path, sha_path
+
+
+def is_synthetic(tar_path: Path) -> bool:
+    """Whether a pack holds the synthetic mark: its first member, so only the tarball's start is read.
+    ValueError for a file that is no gzipped tar."""
+    try:
+        with tarfile.open(tar_path, "r:gz") as tf:
+            first = tf.next()
+    except (tarfile.TarError, OSError, EOFError) as e:
+        raise ValueError(f"{tar_path.name} is not a pack (a gzipped tar) that pool-pack writes: {e}") from None
+    return first is not None and first.name == SYNTHETIC
 
 
 def check_sha(tar_path: Path, sha_path: Path) -> None:

@@ -42,6 +42,34 @@ def eligible(protocol: Protocol, step: int, items: pa.Table, store: Store, frame
     return cols.filter(pc.is_in(cols.column("item_id"), value_set=pa.array(ids, pa.string())))
 
 
+def frameless(protocol: Protocol, step: int, items: pa.Table, store: Store, frames_dir: Path) -> int:
+    """Survivors of the step before `step` that the chain rule holds back only because their video has no
+    frame folder (`k:` videos, not downloaded in this snapshot, and folders absent): never screened at
+    `step` or after it here. 0 when `step` sends no frames or is the first."""
+    prev = protocol.prev_step(step)
+    if prev is None or protocol.steps[step].frames == "none":
+        return 0
+    cols = items.select(["item_id", "video_id"])
+    rows = store.winners(prev).select(["item_id", "status", "removed"]).join(cols, "item_id", join_type="inner")
+    alive = pc.and_(pc.equal(rows.column("status"), "ok"), pc.invert(pc.fill_null(rows.column("removed"), True)))
+    bare = pc.and_(alive, pc.invert(pc.is_in(rows.column("video_id"), value_set=frame_videos(frames_dir))))
+    return int(pc.sum(pc.fill_null(bare, False)).as_py() or 0)
+
+
+def frameless_note(n: int, before: int, first: int, last: int) -> str:
+    """The line that accounts for `frameless` items, e.g. "343 survivors of step 1 have no frames: not
+    screened in steps 2-3 here", so that step 1's survivors and step 2's eligible items reconcile."""
+    steps = f"steps {first}-{last}" if last != first else f"step {first}"
+    return (f"{n:,} survivors of step {before} have no frames: not screened in {steps} here (`k:` videos are "
+            "not downloaded in this snapshot; others lack a folder in frames/pool_frames)")  # fmt: skip
+
+
+def frameless_notes(protocol: Protocol, items: pa.Table, store: Store, frames_dir: Path) -> list[str]:
+    """`frameless_note` for each step with such items, in step order (the demo's summary, the report)."""
+    counts = {s: frameless(protocol, s, items, store, frames_dir) for s in sorted(protocol.steps)}
+    return [frameless_note(n, protocol.prev_step(s) or 0, s, max(protocol.steps)) for s, n in counts.items() if n]
+
+
 def reachable(protocol: Protocol, step: int, items: pa.Table, store: Store, frames_dir: Path) -> pa.Array:
     """Items eligible for `step`, plus those that may still become so: items not yet settled at an
     earlier step they reach (that have frames, where the step needs them). An upper bound, as the run

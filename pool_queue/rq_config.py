@@ -1,18 +1,27 @@
 """Settings for RQ's own command line, so that `rq info -c pool_queue.rq_config` reaches the Redis that every
 pool-* command reaches: REDIS_URL and REDIS_PASSWORD as they resolve (the environment, else the `.env`
 file), the password never on a command line. The node image sets RQ_CONFIG to this module, so a bare
-`rq info` works inside the stack (`docker compose exec node rq info`)."""
+`rq info` works inside the stack (`docker compose exec node rq info`). A Redis that does not answer is
+one line naming it and where its URL came from (a `.env` left by a stopped demo, say), not RQ's bare
+"Connection refused"."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from urllib.parse import quote, urlsplit, urlunsplit
 
+import redis
+from dotenv import dotenv_values
+
 from .cli import settings
+from .settings import Settings, env_file
+
+URL_NAMES = ("POOL_REDIS_URL", "REDIS_URL")  # the names Settings.redis_url reads, first wins
 
 
-def _url() -> str:
-    s = settings(argparse.Namespace(root=None, results=None, redis_url=None, protocol_file=None))  # bad: one line
+def _url(s: Settings) -> str:
     pw = s.redis_kwargs().get("password")
     u = urlsplit(s.redis_url)
     if not pw or "@" in u.netloc:  # a password in the URL itself wins, as for pool-*
@@ -20,4 +29,32 @@ def _url() -> str:
     return urlunsplit(u._replace(netloc=f":{quote(pw, safe='')}@{u.netloc}"))
 
 
-REDIS_URL = _url()
+def url_source() -> str:
+    """Where the Redis URL in force came from, as a user can go and change it."""
+    for name in URL_NAMES:
+        if name in os.environ:
+            return f"{name} in the environment"
+    path = env_file()
+    found = dotenv_values(path) if path and os.path.isfile(path) else {}
+    for name in URL_NAMES:
+        if name in found:
+            return f"{name} in {os.path.abspath(str(path))}"
+    return "the default (no REDIS_URL in the environment or a .env file)"
+
+
+def _answers(s: Settings) -> None:
+    """Exit 2 with one line when no Redis answers at the URL in force."""
+    try:
+        redis.Redis.from_url(s.redis_url, socket_connect_timeout=3, socket_timeout=3, **s.redis_kwargs()).ping()
+    except redis.AuthenticationError:
+        return  # RQ says so itself; the password is the user's to fix, not the address
+    except redis.RedisError as e:
+        print(f"error: no Redis answers at {s.redis_where()} ({e}); its URL is {url_source()}: start that Redis, "
+              "or point REDIS_URL at a running one (a .env that a stopped pool-demo left: delete it)",
+              file=sys.stderr)  # fmt: skip
+        raise SystemExit(2) from None
+
+
+_settings = settings(argparse.Namespace(root=None, results=None, redis_url=None, protocol_file=None))  # bad: one line
+_answers(_settings)
+REDIS_URL = _url(_settings)

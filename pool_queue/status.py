@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from . import prefix_cache, presence
 from .items import ItemSet
-from .plan import eligible, reachable
+from .plan import eligible, frameless, reachable
 from .protocol import Protocol
 from .queue import Screen, other_screens, screen_of
 from .store import Store
@@ -36,6 +36,7 @@ class StepStatus(BaseModel):
     ok: int
     removed: int
     errors: int  # items whose winning row is an error
+    no_frames: int = 0  # survivors of the step before whose video has no frames: never screened here (plan.frameless)
     remaining: int  # the run package's REMAINING_TOTAL: eligible - done, plus what may still become eligible
     queued_jobs: int | None  # None: Redis unreachable
     queued_items: int | None  # eligible items still to do whose job waits (disjoint from done and running)
@@ -160,6 +161,7 @@ class StatusReader:
             ok=_count(ok),
             removed=_count(pc.and_(ok, pc.fill_null(w.column("removed"), False))),
             errors=w.num_rows - _count(ok),
+            no_frames=frameless(self.protocol, step, self.items.items, self.store, self.frames_dir),
             remaining=remaining,
             queued_jobs=q.queued_jobs if q else None,
             queued_items=queued if q else None,

@@ -2,8 +2,11 @@
 
 `items/` (Parquet + CSV + JSONL parts), `frames/pool_frames/<video_id>/` (8..64 frames of varied
 size and format, some `k:` videos, some missing folders), `frames_tar/` (tar shards and
-`frames_manifest.json`). Gold answers and per-benchmark difficulty agree with the simulated model
-(`sim.model`), so a simulated screen removes known fractions per benchmark.
+`frames_manifest.json`), and the mark `SYNTHETIC.json`: its results are never sent to the real
+dataset (`pool-pack` carries the mark, `pool-upload` refuses it). `build_root` makes a root whole or
+not at all: written beside the target and renamed into place when complete. Gold answers and
+per-benchmark difficulty agree with the simulated model (`sim.model`), so a simulated screen removes
+known fractions per benchmark.
 """
 
 from __future__ import annotations
@@ -13,14 +16,19 @@ import hashlib
 import io
 import json
 import random
+import shutil
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
+from .errors import SetupError
+from .pack import SYNTHETIC
 from .protocol import LETTERS
 from .shards import MANIFEST
 from .sim.model import believed_option, blind_knowledge
@@ -112,6 +120,9 @@ ANSWERS = (
     "a bicycle",
     "they shake hands",
 )
+PARTIAL = ".partial"  # <root>.partial: a root being generated, renamed to <root> when complete
+PARTIAL_MARK = ".pool-synth-partial"  # in <root>.partial while it is written: the folder is ours to remove
+T = TypeVar("T")
 FRAME_FORMATS = (("jpeg448", 0.5), ("jpegbig", 0.3), ("png", 0.2))
 MAX_LINKS = 50_000  # with link_frames, videos sharing one video's frames (ext4 allows 65,000 links)
 
@@ -293,7 +304,34 @@ def generate(root: Path, cfg: SynthConfig = SynthConfig()) -> SynthSummary:
     _corrupt(rng, frames_dir, with_frames, cfg.corrupt_frames)
     (root / "results" / "pool").mkdir(parents=True)
     (root / "logs").mkdir()
+    mark = {"synthetic": True, "why": "made by pool-synth: its results must never reach the real dataset",
+            "items": cfg.n_items, "videos": cfg.n_videos, "seed": cfg.seed}  # fmt: skip
+    (root / SYNTHETIC).write_text(json.dumps(mark, indent=1) + "\n")
     return SynthSummary(cfg.n_items, len(with_frames), n_frames, n_shards)
+
+
+def build_root(root: Path, make: Callable[[Path], T], say: Callable[[str], None] = print) -> T:
+    """`make(folder)` writes a package root into `<root>.partial` beside `root`, which is renamed to `root`
+    once `make` returned: an interrupted run (Ctrl-C, a full disk, a kill) leaves no `root` that looks
+    usable, only the `.partial` folder, which the next run names in one line and removes (it holds our
+    mark, so it is ours; a `.partial` without it is refused, never deleted). Links and paths inside are
+    relative to the root, so the rename keeps them valid. SetupError (one line) for a `root` that is
+    there and not an empty folder."""
+    if root.exists() and not (root.is_dir() and not any(root.iterdir())):
+        what = "a package root" if (root / "items").exists() else "not an empty folder"
+        raise SetupError(f"{root} exists ({what}): generate into a new root")
+    partial = root.with_name(root.name + PARTIAL)
+    if partial.exists() or partial.is_symlink():
+        if not (partial / PARTIAL_MARK).is_file():
+            raise SetupError(f"{partial} is in the way and was not left by pool-synth: move or delete it")
+        say(f"removing {partial}: a pool left half-made by an interrupted run")
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True)
+    (partial / PARTIAL_MARK).write_text("a package root being generated; renamed into place when complete\n")
+    made = make(partial)
+    (partial / PARTIAL_MARK).unlink()
+    partial.replace(root)  # an empty folder at root is replaced too
+    return made
 
 
 def _write_csv(path: Path, rows: list[dict[str, object]]) -> None:

@@ -157,7 +157,7 @@ class Worker:
             while not self.stop.event.is_set():
                 self._hold_for_torn_tails()
                 if self.holds and not await self.holds.clear():
-                    if burst and not runs and not await self._work_left():
+                    if burst and not runs and await self._drained():
                         break
                     await _first(self.stop.event.wait(), asyncio.sleep(HOLD_PROBE_S))
                     continue
@@ -167,7 +167,7 @@ class Worker:
                     continue
                 lease = await self._claim()
                 if lease is None:
-                    if burst and not runs and not await self._work_left():
+                    if burst and not runs and await self._drained():
                         break
                     await _first(self.stop.event.wait(), asyncio.sleep(self.poll_s))
                     continue
@@ -205,6 +205,19 @@ class Worker:
             log.exception("%s: taking a job failed; going on", self.name)
             self.last_error = f"claim: {type(e).__name__}: {e}"[:300]
         return None
+
+    async def _drained(self) -> bool:
+        """A burst worker's end: no job of its steps waits or runs anywhere; says so in one line (whether it
+        took any job, so an empty queue is never a silent exit)."""
+        if await self._work_left() or self.stop.event.is_set():
+            return False
+        steps = ",".join(map(str, self.steps))
+        if self.count.jobs:
+            log.info("%s: burst: the queues of step(s) %s are empty; exiting", self.name, steps)
+        else:
+            log.info("%s: burst: nothing queued for step(s) %s (pool-enqueue --step N puts work there); exiting",
+                     self.name, steps)  # fmt: skip
+        return True
 
     async def _work_left(self) -> bool:
         """Jobs of our queues waiting or held by other workers: a burst worker waits, their lease may expire."""

@@ -23,7 +23,7 @@ from rich.table import Table
 from ..audit import run_audit
 from ..cli import exe, fail, reports_errors
 from ..items import ItemSet, load_items
-from ..plan import eligible
+from ..plan import eligible, frameless_notes
 from ..procs import Procs, free_port, wait_health
 from ..progress import console, duration
 from ..protocol import Protocol
@@ -31,7 +31,7 @@ from ..queue import Screen, screen_of
 from ..report import step_report
 from ..settings import default_results, load_settings
 from ..store import Store
-from ..synth import SynthConfig, generate
+from ..synth import SynthConfig, build_root, generate
 from . import enqueue
 from .audit import summary
 from .report import write_report
@@ -70,8 +70,16 @@ def _pool(a: argparse.Namespace, con: Console) -> None:
     if not (a.root / "items").exists():
         shape = {**DEFAULT_SHAPE, **asked}
         con.print(f"generating a synthetic pool in {a.root} ({shape['items']} items, {shape['videos']} videos)...")
-        generate(a.root, SynthConfig(n_items=shape["items"], n_videos=shape["videos"]))
-        (a.root / SHAPE).write_text(json.dumps(shape))
+
+        def make(folder: Path) -> None:  # written beside the root, renamed into place when complete
+            generate(folder, SynthConfig(n_items=shape["items"], n_videos=shape["videos"]))
+            (folder / SHAPE).write_text(json.dumps(shape))
+
+        try:
+            build_root(a.root, make, con.print)
+        except KeyboardInterrupt:  # no process was started yet, and no pool is left to resume
+            con.print(f"interrupted while generating: {a.root} was not made; `pool-demo` generates it again")
+            raise SystemExit(130) from None
         return
     try:
         have = json.loads((a.root / SHAPE).read_text())
@@ -118,14 +126,18 @@ def _demo(a: argparse.Namespace, con: Console) -> None:
     t = Table("step", "done", "removed", "errors", "wall", "items/s", title=title)
     for s in sorted(protocol.steps):
         r = step_report(s, store, item_set)  # the report's numbers: rows over the step's own wall time
-        wall = duration(r.wall_s) if r.wall_s >= 60 else f"{r.wall_s:.1f} s"
         rate = f"{r.rows.num_rows / r.wall_s:.1f}" if r.wall_s else "-"
-        t.add_row(str(s), str(r.rows.num_rows), str(r.n_removed), str(r.n_errors), wall, rate)
+        t.add_row(str(s), str(r.rows.num_rows), str(r.n_removed), str(r.n_errors), duration(r.wall_s), rate)
     con.print(t)
+    frames = a.root / "frames" / "pool_frames"
+    for line in frameless_notes(protocol, item_set.items, store, frames):
+        con.print(line, highlight=False)
     con.print(f"rows in {results}")
     checked = run_audit(results, protocol, item_set, a.root / "frames" / "pool_frames", show=False)
     con.print(summary(checked).splitlines()[-1])
-    report = write_report(store, item_set, protocol, results.parent / f"report{results.name.removeprefix('pool')}")
+    report = write_report(
+        store, item_set, protocol, results.parent / f"report{results.name.removeprefix('pool')}", frames
+    )
     con.print(f"report with plots: {report}")
     print(_commands(a.root, results, redis_url, env, live=False), flush=True)
 

@@ -86,7 +86,9 @@ def show(con: Console, done: Produced, queue: str) -> None:
     if plan.waits_on:
         before = f"step {plan.before}"
         con.print(f"[yellow]step {step}: {before} is not complete: up to {plan.waits_on} more item(s) may become "
-                  f"eligible, so REMAINING_TOTAL is an upper bound until {before} finishes[/]")  # fmt: skip
+                  f"eligible (items an earlier step has not settled yet, of videos with frames where this step "
+                  f"needs them: any of them may survive to reach it), so REMAINING_TOTAL is an upper bound until "
+                  f"{before} finishes[/]")  # fmt: skip
     if done.failed:
         con.print(
             f"[yellow]step {step}: {done.failed} job(s) failed for good and are held (pool-status shows why); "

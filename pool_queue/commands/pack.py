@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..cli import fail, load_protocol, output_dir, parser, reports_errors, settings
-from ..pack import pack, pack_name
+from ..pack import SYNTHETIC, pack, pack_name
 from .audit import audit_results, summary
 
 
@@ -33,10 +33,12 @@ def main(argv: list[str] | None = None) -> None:
     (s.logs_dir / "pool_audit.txt").write_text(text + "\n")
     try:
         steps = sorted(load_protocol(s).steps)
-        tar_path, sha_path = pack(s.results_dir, s.logs_dir, steps, out, a.name or pack_name())
+        tar_path, sha_path = pack(s.results_dir, s.logs_dir, steps, out, a.name or pack_name(), root=s.root)
     except (FileNotFoundError, PermissionError) as e:
         fail(str(e))
     print(f"packed {tar_path} ({tar_path.stat().st_size / 1e6:,.1f} MB)\nchecksum {sha_path}")
+    if (s.root / SYNTHETIC).is_file():
+        print(f"synthetic: {s.root} was made by pool-synth, so the pack carries {SYNTHETIC}; pool-upload refuses it")
     print(f"send it: pool-upload {tar_path}")
 
 

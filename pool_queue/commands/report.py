@@ -13,6 +13,7 @@ from pathlib import Path
 from .. import plots, prefix_cache
 from ..cli import load_protocol, output_dir, parser, reports_errors, settings
 from ..items import ItemSet, load_items
+from ..plan import frameless_notes
 from ..progress import duration
 from ..protocol import Protocol
 from ..report import (
@@ -42,8 +43,9 @@ def _table(head: list[str], rows: list[list[object]]) -> list[str]:
 
 
 def cell(value: object) -> str:
-    """A value as one Markdown table cell: a benchmark name or an id holding `|` or a line break cannot
-    break the table (escaped, and line breaks as spaces); text that is not UTF-8 is escaped too."""
+    """A value as one Markdown table cell or list line: a benchmark name or an id holding `|` or a line
+    break cannot break the table or the list (escaped, and line breaks as spaces); text that is not
+    UTF-8 is escaped too."""
     text = printable(str(value)).replace("\\", "\\\\").replace("|", "\\|")
     return " ".join(text.splitlines()) if "\n" in text or "\r" in text else text
 
@@ -52,7 +54,11 @@ def _pct(a: int, b: int) -> str:
     return f"{100 * a / b:.1f} %" if b else "-"
 
 
-def markdown(reps: dict[int, StepReport], items: ItemSet, protocol: Protocol, results: Path) -> str:
+def markdown(
+    reps: dict[int, StepReport], items: ItemSet, protocol: Protocol, results: Path, notes: list[str] | None = None
+) -> str:
+    """The report's text; `notes` (e.g. survivors without frames, `plan.frameless_notes`) follow the return
+    report's table."""
     t = protocol.margin_threshold
     md = ["# Pool screen report", "", f"Results: `{results}`  ", f"Protocol: `{protocol.fingerprint}`  "]
     md += [f"Items: {items.items.num_rows:,} valid, {items.rejected.num_rows:,} rejected at validation", ""]
@@ -75,6 +81,7 @@ def markdown(reps: dict[int, StepReport], items: ItemSet, protocol: Protocol, re
         "Prefix-cache hits: vLLM's share of prompt tokens served from its cache (a video's items share frames).",
         "",
     ]
+    md += [*(f"{n}  " for n in notes), ""] if notes else []
     rows = [
         [s, gpu, servers, f"{n:,}", duration(w), f"{n / w:.1f}" if w else "-"]
         for s, r in reps.items()
@@ -89,7 +96,7 @@ def markdown(reps: dict[int, StepReport], items: ItemSet, protocol: Protocol, re
 
     md += ["## Sanity flags", ""]
     found = flags(reps, protocol)
-    md += [f"- **{f.what}**: {f.detail}" for f in found] or [
+    md += [f"- **{cell(f.what)}**: {cell(f.detail)}" for f in found] or [  # a name may hold | or a break
         "None: no benchmark at ~0 % or ~100 %, every step-1 row has all orders, error rates below 0.1 %."
     ]
     md += [""]
@@ -145,14 +152,16 @@ def markdown(reps: dict[int, StepReport], items: ItemSet, protocol: Protocol, re
     return "\n".join(md) + "\n"
 
 
-def write_report(store: Store, items: ItemSet, protocol: Protocol, out: Path) -> Path:
+def write_report(store: Store, items: ItemSet, protocol: Protocol, out: Path, frames_dir: Path | None = None) -> Path:
+    """The report folder; with the frame cache, the report counts the survivors that have no frames."""
     reps = all_steps(store, items, protocol)
+    notes = frameless_notes(protocol, items.items, store, frames_dir) if frames_dir else []
     output_dir(out)
     plots.removal_by_benchmark(reps, out / PLOTS[0])
     plots.margins(reps, protocol.margin_threshold, out / PLOTS[1])
     plots.picked_letters(reps, out / PLOTS[2])
     path = out / "report.md"
-    path.write_text(markdown(reps, items, protocol, store.root), encoding="utf-8")
+    path.write_text(markdown(reps, items, protocol, store.root, notes), encoding="utf-8")
     return path
 
 
@@ -166,5 +175,5 @@ def main(argv: list[str] | None = None) -> None:
     store = Store(s.results_dir, protocol.fingerprint)
     out = a.out or s.results_dir.parent / "report"
     store.check_stamp()
-    path = write_report(store, load_items(s.items_dir), protocol, out)
+    path = write_report(store, load_items(s.items_dir), protocol, out, s.frames_dir)
     print(f"report: {path} (+ {', '.join(PLOTS)})")

@@ -8,6 +8,7 @@ for scripts. `rq info` keeps working beside it.
 
 from __future__ import annotations
 
+import itertools
 import time
 
 from rich import box
@@ -18,6 +19,7 @@ from rich.text import Text
 
 from ..cli import load_protocol, parser, reports_errors, settings
 from ..items import load_items
+from ..plan import frameless_note
 from ..progress import duration
 from ..status import RunStatus, StatusReader, StepStatus
 from ..store import Store
@@ -76,6 +78,7 @@ def render(st: RunStatus) -> Group:
             _pct(s.prefix_cache_hit_rate),
         )
     parts: list[Table | Text | str] = [head, steps, "cache: vLLM prefix-cache hits (share of prompt tokens)"]
+    parts += [Text(line) for line in frameless_lines(st)]
     if stalled := [str(s.step) for s in st.steps if idle(s)]:
         parts.append(f"[yellow]step {', '.join(stalled)}: work left and no workers, so no ETA[/]")
     if st.redis_error:
@@ -104,6 +107,12 @@ def render(st: RunStatus) -> Group:
     parts += [Text(f"{w.name} takes no work: {w.held}", overflow="fold") for w in st.workers if w.held]
     parts += [Text(f"last error of {w.name}: {w.last_error}", overflow="fold") for w in st.workers if w.last_error]
     return Group(*parts)
+
+
+def frameless_lines(st: RunStatus) -> list[str]:
+    """Why a step's eligible items fall short of the survivors of the step before: those without frames."""
+    last = st.steps[-1].step if st.steps else 0
+    return [frameless_note(s.no_frames, p.step, s.step, last) for p, s in itertools.pairwise(st.steps) if s.no_frames]
 
 
 def plain_lines(st: RunStatus) -> str:

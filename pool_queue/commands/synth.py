@@ -1,14 +1,20 @@
-"""pool-synth: write a synthetic package root (items, frames, tar shards) for demos and tests."""
+"""pool-synth: write a synthetic package root (items, frames, tar shards) for demos and tests.
+
+The root is written beside its place and renamed into it when complete (`synth.build_root`): a
+Ctrl-C leaves no root that looks usable. The root is marked synthetic, so its results are never
+uploaded to the real dataset.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
-from ..cli import fail, reports_errors
+from ..cli import reports_errors
 from ..hostile import add_hostile
-from ..synth import SynthConfig, generate
+from ..synth import PARTIAL, SynthConfig, SynthSummary, build_root, generate
 
 
 @reports_errors
@@ -34,12 +40,17 @@ def main(argv: list[str] | None = None) -> None:
         corrupt_frames=a.corrupt_frames,
         items_per_video=a.items_per_video,
     )
+
+    def make(folder: Path) -> tuple[SynthSummary, int]:
+        return generate(folder, cfg), len(add_hostile(folder, a.seed)) if a.hostile else 0
+
     t0 = time.perf_counter()
     try:
-        s = generate(a.root, cfg)
-    except FileExistsError as e:
-        fail(str(e))
-    extra = f", {len(add_hostile(a.root, a.seed))} hostile kinds" if a.hostile else ""
+        s, n_hostile = build_root(a.root, make)
+    except KeyboardInterrupt:
+        print(f"interrupted: {a.root} was not made (the next run removes {a.root.name}{PARTIAL})", file=sys.stderr)
+        raise SystemExit(130) from None
+    extra = f", {n_hostile} hostile kinds" if a.hostile else ""
     print(
         f"wrote {a.root}: {s.n_items} items, {s.n_videos_with_frames} videos with frames "
         f"({s.n_frames} frames, {s.n_shards} shards){extra} in {time.perf_counter() - t0:.1f} s"

@@ -2,6 +2,9 @@
 
 The token comes from HF_TOKEN (a write token for the repo) and is never printed. --dry-run shows
 what would go where and sends nothing. Without a token, send both files by any file transfer.
+A pack of a synthetic root (pool-synth, pool-demo: it carries SYNTHETIC.json) is refused, --dry-run
+too: made-up results never reach the dataset. --synthetic-ok sends one to another --repo, to try the
+upload itself.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from huggingface_hub.errors import HfHubHTTPError
 
 from ..cli import fail, reports_errors
 from ..fetch import ITEMS_REPO
+from ..pack import SYNTHETIC, is_synthetic
 from ..settings import load_settings
 from ..upload import plan_upload, upload
 
@@ -23,6 +27,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("tarball", type=Path, help="pool_returns_<host>_<date>.tar.gz (its .sha256 beside it)")
     p.add_argument("--repo", default=ITEMS_REPO, help="dataset repo (default %(default)s)")
     p.add_argument("--dry-run", action="store_true", help="print what would be uploaded where")
+    p.add_argument(
+        "--synthetic-ok", action="store_true", help=f"send a synthetic pack (it holds {SYNTHETIC}) to another --repo"
+    )
     a = p.parse_args(argv)
     tar_path: Path = a.tarball
     sha_path = tar_path.with_name(tar_path.name.removesuffix(".tar.gz") + ".sha256")
@@ -31,18 +38,24 @@ def main(argv: list[str] | None = None) -> None:
             fail(f"{f} not found (pool-pack writes both)")
     try:
         transfers = plan_upload(tar_path, sha_path)
+        synthetic = is_synthetic(tar_path)
     except ValueError as e:
         fail(str(e))
+    if synthetic and not a.synthetic_ok:
+        fail(f"{tar_path.name} holds {SYNTHETIC}: its results come from a synthetic pool (pool-synth, pool-demo) "
+             f"and never go to the dataset; to try an upload, pass --synthetic-ok --repo <your test repo>")  # fmt: skip
+    if a.synthetic_ok and a.repo == ITEMS_REPO:
+        fail(f"--synthetic-ok needs --repo naming a test repo: {ITEMS_REPO} is the real dataset")
+    token = None if a.dry_run else load_settings().hf_token
+    if token is None and not a.dry_run:
+        fail("HF_TOKEN is not set: a write token for the repo is needed (or send the files by any transfer)")
     for t in transfers:
         print(
             f"{'would upload' if a.dry_run else 'upload'} {t.local} ({t.local.stat().st_size:,} B) -> "
             f"dataset {a.repo}: {t.remote}"
         )
-    if a.dry_run:
-        return
-    token = load_settings().hf_token
     if token is None:
-        fail("HF_TOKEN is not set: a write token for the repo is needed (or send the files by any transfer)")
+        return
     try:
         urls = upload(transfers, token.get_secret_value(), a.repo)
     except HfHubHTTPError as e:

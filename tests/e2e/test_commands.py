@@ -19,6 +19,7 @@ from test_readme import fenced_lines
 from pool_queue.commands import export as export_command
 from pool_queue.items import load_items
 from pool_queue.procs import free_port, wait_health
+from pool_queue.progress import duration
 from pool_queue.protocol import Protocol
 from pool_queue.report import all_steps, by_benchmark, step_report
 from pool_queue.rows import ROW_SCHEMA
@@ -95,6 +96,9 @@ def test_demo_runs_the_whole_screen(tmp_path, monkeypatch):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "demo screen of 150 items" in out.stdout and "REMAINING_TOTAL=150" in out.stdout
     assert "demo Redis: redis://127.0.0.1:" in out.stdout and "rq info -u redis://127.0.0.1:" in out.stdout
+    bare = "survivors of step 1 have no frames: not screened in steps 2-3 here"  # 150 items, some of k: videos
+    made = (tmp_path / "demo" / "results" / "report" / "report.md").read_text()  # before pool-report below
+    assert bare in " ".join(out.stdout.split("demo screen of", 1)[1].split()) and bare in made
     # the README's lines after a demo, as written, in a fresh shell after the README's setup: bare commands
     # find the demo; and the lines the demo printed work as printed, without that setup
     fresh = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
@@ -144,8 +148,9 @@ def test_demo_runs_the_whole_screen(tmp_path, monkeypatch):
     assert "| 1 | 150 |" in report and (tmp_path / "demo" / "results" / "report" / "margins.png").stat().st_size > 5000
     rep = step_report(1, Store(tmp_path / "demo" / "results" / "pool", Protocol().fingerprint), load_items(
         tmp_path / "demo" / "items"))  # fmt: skip
-    rate = f"{rep.rows.num_rows / rep.wall_s:.1f}"
-    assert f"| {rate} |" in report and f" {rate} " in out.stdout.split("demo screen of", 1)[1]
+    rate, summary = f"{rep.rows.num_rows / rep.wall_s:.1f}", out.stdout.split("demo screen of", 1)[1]
+    assert f"| {rate} |" in report and f" {rate} " in summary
+    assert f"| {duration(rep.wall_s)} |" in report and f" {duration(rep.wall_s)} " in summary  # one format
 
 
 def test_ctrl_c_during_step_3_then_the_demo_again_ends_with_every_step_complete(tmp_path):
@@ -290,6 +295,15 @@ def test_burst_caps_the_server_wait_at_30_s(pool_root):
     assert "waiting up to 30 s for the vLLM server" in first, first
 
 
+def test_a_burst_worker_with_nothing_queued_says_so(procs, pool_root, tmp_path):
+    redis = procs.redis(free_port(), tmp_path / "redis")
+    sim = procs.sim("sim", free_port(), "--profile", "qwen3-vl-8b", "--zero-latency")
+    wait_health(sim, 30)
+    out = _worker(pool_root, "--server", sim, "--steps", "1,2", "--burst", "--redis-url", redis)
+    assert out.returncode == 0, out.stderr
+    assert "burst: nothing queued for step(s) 1,2 (pool-enqueue --step N puts work there); exiting" in out.stderr
+
+
 def test_a_redis_port_given_as_the_server_fails_at_once(procs, pool_root, tmp_path):
     port = free_port()
     procs.redis(port, tmp_path / "redis")
@@ -340,3 +354,8 @@ def test_rq_info_reaches_the_pools_redis_as_the_pool_commands_do(procs, tmp_path
         "error: setting REDIS_URL: '127.0.0.1:6391' is not a Redis URL: write redis://HOST:PORT/DB "
         "(password in REDIS_PASSWORD)"
     ], out.stderr
+    gone = f"redis://127.0.0.1:{free_port()}/0"  # a .env a stopped demo left: its Redis went with it
+    (tmp_path / ".env").write_text(f"REDIS_URL={gone}\n")
+    out = subprocess.run(rq, env=clean, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    (line,) = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and gone in line and f"REDIS_URL in {tmp_path / '.env'}" in line, out.stderr

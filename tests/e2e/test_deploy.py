@@ -224,6 +224,16 @@ def test_run_remote_screens_a_pool_with_simulated_servers(pool_root, redis_url):
     assert store.winners(1).num_rows == 240 and store.winners(2).num_rows > 0  # step 2 chained on the 8B servers
 
 
+def test_run_remote_without_the_venv_says_what_to_do(pool_root, tmp_path):
+    bare = tmp_path / "python3"  # Python itself, without the venv (or its PYTHONPATH) that holds pool_queue
+    bare.write_text(f'#!/bin/sh\nexec {Path(sys.base_prefix) / "bin" / "python3"} -I "$@"\n')
+    bare.chmod(0o755)
+    out = subprocess.run(["bash", str(REPO / "deploy/run_remote.sh"), "--plan-only"], capture_output=True, text=True,
+                         env={**os.environ, "POOL_ROOT": str(pool_root), "PY": str(bare)}, timeout=60)  # fmt: skip
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "cannot import pool_queue" in out.stderr and "source .venv/bin/activate" in out.stderr
+
+
 def test_one_command_screens_every_step_on_one_gpu_and_a_step_launch_says_what_waits(pool_root, redis_url):
     """`pool-launch --burst` alone: the 8B for steps 1-2, then the 2B for step 3, on the one GPU; every
     step complete and the reference's verdicts. `--step 1` alone leaves step 3 waiting and says so."""

@@ -15,7 +15,7 @@ from hubfixture import Hub, HubServer
 
 from pool_queue.fetch import FRAMES_REPO, ITEMS_REPO
 from pool_queue.items import load_items
-from pool_queue.pack import pack_name
+from pool_queue.pack import SYNTHETIC, pack_name
 from pool_queue.protocol import Protocol
 from pool_queue.shards import read_manifest
 
@@ -131,6 +131,7 @@ def _cli(module: str, *args: str, env: dict[str, str] | None = None) -> subproce
 
 
 def test_pack_then_upload_a_return(hub, pool_root, tmp_path):
+    (pool_root / SYNTHETIC).unlink()  # a root that pool-fetch laid out: real items, no synthetic mark
     valid_store(pool_root)
     (pool_root / "logs" / "client_s1_gpu0.log").write_text("step 1 done\n")
     stale = pool_root / "results" / "pool" / "step1" / ".index2" / "seg-old"  # an earlier release's index
@@ -157,6 +158,7 @@ def test_pack_then_upload_a_return(hub, pool_root, tmp_path):
 
     no_token = _cli("upload", str(tar_path), env={"HF_ENDPOINT": hub.url})
     assert no_token.returncode == 2 and "HF_TOKEN is not set" in no_token.stderr
+    assert "upload" not in no_token.stdout  # nothing that looks like an upload before the token is checked
 
     sent = _cli("upload", str(tar_path), env={"HF_ENDPOINT": hub.url, "HF_TOKEN": TOKEN})
     assert sent.returncode == 0, sent.stderr
@@ -169,6 +171,30 @@ def test_pack_then_upload_a_return(hub, pool_root, tmp_path):
     tar_path.write_bytes(tar_path.read_bytes()[:-10])  # torn or changed after packing: not sent
     torn = _cli("upload", str(tar_path), env={"HF_ENDPOINT": hub.url, "HF_TOKEN": TOKEN})
     assert torn.returncode == 2 and "does not match" in torn.stderr and len(hub.commits) == 2
+
+
+def test_a_synthetic_pack_never_reaches_the_dataset(hub, pool_root):
+    """A generated root is marked, its pack carries the mark first, and pool-upload refuses it in one line,
+    --dry-run too; --synthetic-ok sends it, to another repo only."""
+    valid_store(pool_root)
+    out = _cli("pack", "--root", str(pool_root), "--name", "demo")
+    assert out.returncode == 0 and "synthetic" in out.stdout, out.stdout + out.stderr
+    tar_path = pool_root / "demo.tar.gz"
+    with tarfile.open(tar_path) as tf:
+        assert tf.getnames()[0] == SYNTHETIC
+    test_repo = "someone/upload-test"
+    hub.add("dataset", test_repo, {"README.md": b"a test repo\n"})
+    env = {"HF_ENDPOINT": hub.url, "HF_TOKEN": TOKEN}
+    for argv in (["--dry-run"], [], ["--synthetic-ok"], ["--synthetic-ok", "--dry-run"]):
+        refused = _cli("upload", str(tar_path), *argv, env=env)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, (argv, refused.stderr)
+        assert len(refused.stderr.strip().splitlines()) == 1 and not refused.stdout, (argv, refused)
+        assert (SYNTHETIC in refused.stderr) if "--synthetic-ok" not in argv else (ITEMS_REPO in refused.stderr)
+    assert not hub.commits
+    sent = _cli("upload", str(tar_path), "--synthetic-ok", "--repo", test_repo, env=env)
+    assert sent.returncode == 0, sent.stderr
+    assert [c["repo"] for c in hub.commits] == [test_repo, test_repo]
+    assert not (hub.repos[("dataset", ITEMS_REPO)].folder / "returns").exists()
 
 
 def test_pack_refuses_a_results_root_with_audit_problems(pool_root):

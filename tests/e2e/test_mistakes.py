@@ -93,7 +93,9 @@ def test_remaining_total_of_a_step_is_zero_only_when_the_step_is_complete(pool_r
     assert before.returncode == 0, before.stderr
     total = int(before.stdout.split("REMAINING_TOTAL=")[1].split()[0])
     assert 0 < total <= 240, before.stdout  # an upper bound: the items that may still pass step 1
-    assert "step 1 is not complete" in " ".join(before.stderr.split()), before.stderr
+    said = " ".join(before.stderr.split())
+    assert "step 1 is not complete" in said, before.stderr
+    assert f"up to {total} more item(s) may become eligible (items an earlier step has not settled yet" in said, said
     status = run("pool-status", "--no-health", *flags)
     assert f"STEP=2 REMAINING_TOTAL={total}" in status.stdout, status.stdout
 

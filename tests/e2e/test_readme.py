@@ -107,6 +107,14 @@ def anchors(page: Path) -> set[str]:
     return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in heads}
 
 
+@pytest.mark.skipif(not (REPO / ".git").exists(), reason="not a git checkout")
+@pytest.mark.parametrize("folder", ["demo-pool", "demo-export", "pool"])
+def test_the_folders_the_readme_has_you_make_in_the_checkout_are_ignored_by_git(folder):
+    assert folder in README  # `make demo`, `pool-export --out demo-export`, `pool-fetch --root pool`
+    done = subprocess.run(["git", "check-ignore", "-q", f"{folder}/x"], cwd=REPO)
+    assert done.returncode == 0, f"{folder}/ is not in .gitignore"
+
+
 def test_the_table_lists_every_console_script():
     assert set(command_rows()) == SCRIPTS
 

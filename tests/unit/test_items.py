@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pool_queue.commands.items import main
-from pool_queue.frames import unicode_form_twins
+from pool_queue.frames import find_frames, frame_videos, unicode_form_twins, video_folder
 from pool_queue.items import ItemsError, _options_column, id_lookalikes, item_warnings, load_items, option_warnings
 
 
@@ -227,6 +227,20 @@ def test_ids_are_kept_exactly_or_refused_never_rounded(tmp_path):
     assert s.rejected.column("source").to_pylist() == ["b.parquet"]
 
 
+def test_float_ids_as_pandas_writes_integers_beside_a_nan_are_the_integers_or_named(tmp_path):
+    """A float64 id column: whole numbers are the integers in every format (Parquet and JSONL alike), a NaN
+    is no id: named at its row, never loaded as the id "nan"."""
+    items = tmp_path / "items"
+    items.mkdir()
+    pq.write_table(_table(2, item_id=pa.array([101.0, float("nan")]), options=pa.array([["a", "b"]] * 2)),
+                   items / "a.parquet")  # fmt: skip
+    (items / "b.jsonl").write_text(json.dumps({"item_id": 202.0, **OK}) + "\n")  # as pandas' to_json writes it
+    s = load_items(items)
+    assert sorted(s.items.column("item_id").to_pylist()) == ["101", "202"]
+    assert s.rejected.select(["item_id", "line"]).to_pylist() == [{"item_id": "nan", "line": 2}]
+    assert "NaN" in s.rejected.column("reason")[0].as_py()
+
+
 def test_a_partitioned_parquet_folder_and_upper_case_suffixes_are_read(tmp_path):
     items = tmp_path / "items"
     items.mkdir()
@@ -260,6 +274,21 @@ def test_a_jsonl_file_whose_every_line_is_bad_reports_the_lines(tmp_path):
     assert s.items.column("item_id").to_pylist() == ["g"]
     assert s.rejected.column("reason").to_pylist() == [s.rejected.column("reason")[0].as_py()]
     assert "not valid JSON" in s.rejected.column("reason")[0].as_py() and s.rejected.column("line").to_pylist() == [1]
+
+
+def test_a_jsonl_line_holding_several_items_names_each_of_them(tmp_path):
+    """Two objects on one line (a writer that lost a newline): both items are named, each with the
+    reason, whatever their ids are (text or numbers); the line's neighbours load."""
+    items = tmp_path / "items"
+    items.mkdir()
+    pair = json.dumps({**OK, "item_id": "a"}) + " " + json.dumps({**OK, "item_id": 42})
+    (items / "a.jsonl").write_text(json.dumps({**OK, "item_id": "before"}) + "\n" + pair + "\n")
+    s = load_items(items)
+    assert s.items.column("item_id").to_pylist() == ["before"]
+    assert s.rejected.select(["item_id", "line", "reason"]).to_pylist() == [
+        {"item_id": i, "line": 2, "reason": "2 JSON values on one line (JSONL holds one item per line)"}
+        for i in ("a", "42")
+    ]
 
 
 def test_ids_that_differ_only_by_unicode_form_or_invisible_characters_are_named_together(tmp_path):
@@ -328,14 +357,23 @@ def test_a_utf16_or_utf32_file_is_read_as_what_it_is(tmp_path, encoding):
         load_items(items)
 
 
-def test_a_frame_folder_in_another_unicode_form_is_named_with_its_video(tmp_path, capsys):
+def test_a_frame_folder_in_another_unicode_form_is_its_video_and_a_mixed_one_is_named(tmp_path, capsys):
+    """An NFC video_id and its folder in NFD (a tar made on macOS) are one video for the planner and the
+    worker alike; a folder mixing both forms is no spelling of the id, and pool-items names the pair."""
     items, frames = tmp_path / "items", tmp_path / "frames" / "pool_frames"
     items.mkdir()
-    (frames / "cafe\u0301").mkdir(parents=True)  # NFD, as a tar made on macOS names it
-    (frames / "plain").mkdir()
-    write_jsonl(items / "a.jsonl", [{**OK, "item_id": f"i{k}", "video_id": v}
-                                    for k, v in enumerate(["caf\u00e9", "caf\u00e9", "plain", "gone"])])  # fmt: skip
+    for folder in ("cafe\u0301", "plain", "cafe\u0301-\u00e9"):  # NFD; ASCII; NFD and NFC mixed
+        (frames / folder).mkdir(parents=True)
+        (frames / folder / "frame_0.jpg").write_bytes(b"x")
+    vids = ["caf\u00e9", "caf\u00e9", "plain", "gone", "caf\u00e9-\u00e9"]
+    write_jsonl(items / "a.jsonl", [{**OK, "item_id": f"i{k}", "video_id": v} for k, v in enumerate(vids)])
+    assert video_folder(frames, "caf\u00e9") == (frames / "cafe\u0301", "")
+    assert [p.name for p in find_frames(frames, "caf\u00e9")] == ["frame_0.jpg"]
+    assert video_folder(frames, "caf\u00e9-\u00e9")[0] is None
+    assert sorted(frame_videos(frames).to_pylist()) == sorted(["cafe\u0301", "plain", "cafe\u0301-\u00e9", "caf\u00e9"])
     twins = unicode_form_twins(load_items(items).items.column("video_id"), frames)
-    assert twins.to_pylist() == [{"video_id": "caf\u00e9", "folder": "cafe\u0301"}]
+    assert twins.to_pylist() == [{"video_id": "caf\u00e9-\u00e9", "folder": "cafe\u0301-\u00e9"}]
     main(["--root", str(tmp_path)])
-    assert "video_id 'caf\\xe9' has no frame folder, but folder 'cafe\\u0301' differs" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "video_id 'caf\\xe9-\\xe9' has no frame folder, but folder 'cafe\\u0301-\\xe9' differs" in said
+    assert "video_id 'caf\\xe9' has" not in said

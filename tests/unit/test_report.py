@@ -150,6 +150,24 @@ def test_names_holding_pipes_or_line_breaks_stay_in_their_cell():
     assert _table(["x"], [[odd]])[2].encode("utf-8") == b"| caf\\\\xe9 |"  # renders as caf\\xe9
 
 
+def test_a_benchmark_name_holding_pipes_or_line_breaks_keeps_every_part_of_the_report_whole(pool_root):
+    """Not one column: every table cell and the sanity flags' lines that name it stay one line each."""
+    from pool_queue.commands.report import markdown
+
+    odd = "Odd|Bench\nName"
+    items = items_of(pool_root)
+    write(
+        pool_root, 1, [row(it, 1, removed=i < 40, benchmark=odd if i < 40 else "Normal") for i, it in enumerate(items)]
+    )
+    item_set = load_items(pool_root / "items")
+    text = markdown(all_steps(_store(pool_root), item_set, P), item_set, P, pool_root)
+    assert "Odd\nName" not in text.replace("\\n", "") and "\nName" not in text  # no line starts inside the name
+    flagged = [line for line in text.splitlines() if "Odd" in line and line.startswith("- **")]
+    assert flagged and all("Odd\\|Bench Name removes 100.0 %" in line for line in flagged), flagged
+    for table in (block for block in text.split("\n\n") if block.startswith("| ")):
+        assert len({line.count(" | ") for line in table.splitlines() if not line.startswith("|---")}) == 1, table
+
+
 def test_a_resumed_gpu_is_one_row_and_its_pause_is_not_wall_time(pool_root):
     """node1's GPU 0 answers 40 items, the screen stops for an hour, and a resume serves the same GPU on
     another port from another worker process; node2's GPU 0 has the same loopback URL as node1's first."""
@@ -179,3 +197,28 @@ def test_a_screen_that_removes_nothing_flags_each_step_once(pool_root):
     assert flag.what == "step 1: 12 benchmarks remove <= 1 % of their items"
     shown = ", ".join(f"Bench{i:02d} 0.0 % (0 of 20 items)" for i in range(5))
     assert flag.detail == f"most extreme: {shown}, and 7 more"
+
+
+def test_survivors_without_frames_are_counted_in_status_and_report(pool_root, redis_url, tmp_path):
+    """Step 1's survivors and step 2's eligible items reconcile: those whose video has no frames are
+    counted, in pool-status and in the report, by the same line."""
+    from redis import Redis
+    from rich.console import Console
+
+    from pool_queue.commands.status import render
+
+    items, _ = valid_store(pool_root)
+    framed = {p.name for p in (pool_root / "frames" / "pool_frames").iterdir()}
+    bare = sum(1 for i, it in enumerate(items) if i % 2 and it["video_id"] not in framed)  # survivors, no frames
+    assert bare > 0
+    note = f"{bare:,} survivors of step 1 have no frames: not screened in steps 2-3 here"
+    item_set, frames = load_items(pool_root / "items"), pool_root / "frames" / "pool_frames"
+    reader = StatusReader(item_set, _store(pool_root), frames, Redis.from_url(redis_url), P, probe_health=False)
+    st = reader.read()
+    assert [s.no_frames for s in st.steps] == [0, bare, 0]
+    assert st.steps[1].eligible + bare == sum(1 for i in range(len(items)) if i % 2)  # every survivor accounted
+    con = Console(record=True, width=100)
+    con.print(render(st))
+    assert note in " ".join(con.export_text().split())
+    text = write_report(_store(pool_root), item_set, P, tmp_path / "report", frames).read_text()
+    assert note in text
