@@ -148,7 +148,8 @@ def _launch(
     stop: threading.Event,
     own: Procs,
 ) -> None:
-    """The phases one after the other, each starting only the servers whose steps have work."""
+    """The phases one after the other; one that ends when its queues are empty starts only the servers whose
+    steps have work."""
     if a.sim:
         s = _sim_redis(s, own)
     s = _wait_redis(s, stop)  # before any server starts: a node job resubmitted during a Redis restart waits
@@ -169,13 +170,14 @@ def _launch(
         with Procs(s.logs_dir) as procs:
             screen, remaining = enqueue.run_steps(s, protocol, steps, plan_only=False, label=a.step is None)
             assert screen is not None  # run_steps stamped the results root
-            servers = _with_work(protocol, servers, remaining)
+            burst = a.burst or not last  # a phase that hands over to the next ends when its queues are empty
+            if burst:  # else it serves until a signal, for work that may still come
+                servers = _with_work(protocol, servers, remaining)
             if not servers:
                 continue
-            for g in {v.steps for v in servers}:
+            for g in dict.fromkeys(v.steps for v in servers):
                 print(sized[g].why)
             ready = _start_servers(procs, s, protocol, servers, a, sized)
-            burst = a.burst or not last  # a phase that hands over to the next ends when its queues are empty
             codes = _supervise(procs, s, screen, servers, a, burst, stop, sized, ready)
         served |= {step for v in servers for step in v.steps}
         if any(codes):
@@ -188,8 +190,9 @@ def _launch(
 
 
 def _with_work(protocol: Protocol, servers: list[Server], remaining: dict[int, int]) -> list[Server]:
-    """The servers to start: not one whose steps all show REMAINING_TOTAL=0 (a resume after steps 1-2 are
-    complete starts no 8B: a model's start costs minutes of a GPU), said in one line per model left out."""
+    """The servers to start in a phase that ends when its queues are empty: not one whose steps all show
+    REMAINING_TOTAL=0 (a resume after steps 1-2 are complete starts no 8B: a model's start costs minutes of a
+    GPU), said in one line per model left out."""
     idle = {v for v in servers if all(remaining.get(step) == 0 for step in v.steps)}
     for g in dict.fromkeys(v.steps for v in servers if v in idle):
         print(f"steps {','.join(map(str, g))}: REMAINING_TOTAL=0, nothing to do: {protocol.steps[g[0]].model} "
