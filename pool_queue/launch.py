@@ -235,6 +235,19 @@ def plan_servers(
     return [Server(i, d, g, s.port0 + i) for i, (d, g) in enumerate(zip(devices, plan, strict=False))]
 
 
+def metrics_port(srv: Server, k: int) -> int:
+    """Worker process k of a server serves its /metrics here (k = 0: the run package's PORT0+100+i)."""
+    return srv.port + 100 + 16 * k
+
+
+def ports(phases: list[list[Server]], processes: dict[tuple[int, ...], int]) -> list[int]:
+    """Every port a launch binds, servers' and their workers' metrics, over all its phases (`processes`: worker
+    processes per model group)."""
+    found = {srv.port for servers in phases for srv in servers}
+    found |= {metrics_port(srv, k) for servers in phases for srv in servers for k in range(processes[srv.steps])}
+    return sorted(found)
+
+
 def split_counts(protocol: Protocol, split: str) -> list[int]:
     """`--split A+B` as GPUs per model group, checked without looking at the GPUs (so `--plan-only` refuses
     what a launch would): one count per group, none negative, at least one GPU in all."""

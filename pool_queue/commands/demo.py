@@ -4,6 +4,8 @@
 Every process it starts is stopped on exit, Ctrl-C included. Run again, it resumes: its Redis keeps an
 append-only file under the demo folder, and every step that has work is enqueued (as
 `pool-enqueue --step all` does), so the rows already on disk are kept and the rest is screened.
+`--fresh` moves the older results (rows, report, queue) aside and starts empty; the next run resumes the
+fresh one. One demo runs on a root at a time (a second is refused, naming the first).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from rich.table import Table
 
 from ..audit import run_audit
 from ..cli import exe, fail, reports_errors
+from ..hostlock import hold
 from ..items import ItemSet, load_items
 from ..plan import eligible, frameless_notes
 from ..procs import Procs, free_port, wait_health
@@ -29,7 +32,7 @@ from ..progress import console, duration
 from ..protocol import Protocol
 from ..queue import Screen, screen_of
 from ..report import step_report
-from ..settings import default_results, load_settings
+from ..settings import default_results, load_settings, redis_data
 from ..store import Store
 from ..synth import SynthConfig, build_root, generate
 from . import enqueue
@@ -48,7 +51,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--items", type=int, help=f"items of a new pool (default {DEFAULT_SHAPE['items']})")
     p.add_argument("--videos", type=int, help=f"videos of a new pool (default {DEFAULT_SHAPE['videos']})")
     p.add_argument("--speed", type=float, default=4.0, help="simulated GPUs run this many times faster than an H200")
-    p.add_argument("--fresh", action="store_true", help="start a new results root (keep the pool)")
+    p.add_argument(
+        "--fresh", action="store_true", help="move the older results aside and screen again from empty (keep the pool)"
+    )
     p.add_argument(
         "--progress-every", type=float, default=5.0, metavar="S", help="output not on a terminal: a line this often"
     )
@@ -91,17 +96,34 @@ def _pool(a: argparse.Namespace, con: Console) -> None:
         fail(f"{a.root} already holds {size}: {flags} apply to a new pool; pass --root NEWDIR, or delete {a.root}")
 
 
+def _fresh(root: Path, results: Path, con: Console) -> None:
+    """The older run's rows, report and queue move aside together, said in one line: the run that follows,
+    and every later `pool-demo`, is the fresh one, its queue empty."""
+    aside = results.with_name(f"{results.name}-{time.strftime('%Y%m%dT%H%M%S')}")
+    moves = [(results, aside), (_report_dir(results), _report_dir(aside))]
+    moves.append((redis_data(root, results), redis_data(root, aside)))
+    if not [src.rename(dst) for src, dst in moves if src.exists()]:
+        return
+    con.print(f"--fresh: the older results moved to {aside} (their report and queue beside them)", highlight=False)
+
+
+def _report_dir(results: Path) -> Path:
+    """results/pool -> results/report, results/pool-<time> -> results/report-<time>."""
+    return results.parent / f"report{results.name.removeprefix('pool')}"
+
+
 def _demo(a: argparse.Namespace, con: Console) -> None:
+    hold("pool-demo", a.root)  # a second demo would screen the same items again on the same queue
     _pool(a, con)
-    results = a.root / "results" / "pool"
-    if a.fresh and results.exists():
-        results = a.root / "results" / f"pool-{time.strftime('%Y%m%dT%H%M%S')}"
+    results = default_results(a.root)
+    if a.fresh:
+        _fresh(a.root, results, con)
     protocol = Protocol()
     store = Store(results, protocol.fingerprint, protocol.model_dump(mode="json"))
     store.claim()
     log_dir = a.root / "logs" / "demo"
     with Procs(log_dir) as procs:
-        redis_url = procs.redis(free_port(), a.root / "redis-data", aof=True)  # a rerun resumes its queue
+        redis_url = procs.redis(free_port(), redis_data(a.root, results), aof=True)  # a rerun resumes its queue
         speed = ["--speed", str(a.speed)]
         sims = [
             procs.sim("sim8b-0", free_port(), "--profile", "qwen3-vl-8b", *speed),
@@ -135,9 +157,7 @@ def _demo(a: argparse.Namespace, con: Console) -> None:
     con.print(f"rows in {results}")
     checked = run_audit(results, protocol, item_set, a.root / "frames" / "pool_frames", show=False)
     con.print(summary(checked).splitlines()[-1])
-    report = write_report(
-        store, item_set, protocol, results.parent / f"report{results.name.removeprefix('pool')}", frames
-    )
+    report = write_report(store, item_set, protocol, _report_dir(results), frames)
     con.print(f"report with plots: {report}")
     print(_commands(a.root, results, redis_url, env, live=False), flush=True)
 

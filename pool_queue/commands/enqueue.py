@@ -46,9 +46,10 @@ def run_steps(
     limit: int | None = None,
     retry_failed: bool = False,
     label: bool = True,
-) -> Screen | None:
+) -> tuple[Screen | None, dict[int, int]]:
     """What the command does, for pool-launch and pool-demo too: plan (and enqueue) each step in order,
-    printing the plan and `[STEP=N ]REMAINING_TOTAL=<n>`. Returns the screen (None while unstamped)."""
+    printing the plan and `[STEP=N ]REMAINING_TOTAL=<n>`. Returns the screen (None while unstamped) and each
+    step's REMAINING_TOTAL."""
     con = Console(stderr=True)
     store = Store(s.results_dir, protocol.fingerprint, protocol.model_dump(mode="json"))
     store.check_stamp()
@@ -60,12 +61,14 @@ def run_steps(
     screen = screen_of(store, s.redis())
     if screen is not None and not plan_only and (n := rescue_abandoned(protocol, screen)):
         con.print(f"re-queued {n} abandoned job(s)")
+    remaining = {}
     for step in steps:
         done = produce(protocol, step, items, store, screen, s.frames_dir, s.chunk_size, limit=limit,
                        retry_failed=retry_failed, plan_only=plan_only)  # fmt: skip
         show(con, done, screen.queue_name(step) if screen else "")
         print(f"STEP={step} REMAINING_TOTAL={done.remaining}" if label else f"REMAINING_TOTAL={done.remaining}")
-    return screen
+        remaining[step] = done.remaining
+    return screen, remaining
 
 
 def show(con: Console, done: Produced, queue: str) -> None:

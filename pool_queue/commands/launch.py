@@ -32,6 +32,7 @@ from huggingface_hub.errors import LocalEntryNotFoundError
 from redis import AuthenticationError, RedisError
 
 from ..cli import fail, load_protocol, parser, reports_errors, settings
+from ..hostlock import hold
 from ..launch import (
     OPTIONAL_FLAGS,
     Server,
@@ -41,7 +42,9 @@ from ..launch import (
     devices,
     log_name,
     log_tag,
+    metrics_port,
     plan_phases,
+    ports,
     server_argv,
     server_env,
     snapshot,
@@ -49,11 +52,11 @@ from ..launch import (
     vllm_flags,
     vllm_release,
 )
-from ..procs import Procs, wait_health
+from ..procs import Procs, free_port, port_taken, wait_health
 from ..progress import duration
 from ..protocol import Protocol
 from ..queue import Screen
-from ..settings import Settings, url_from_file
+from ..settings import BURST_WAIT_S, Settings, redis_data, url_from_file
 from ..sizing import Sizing, coserve, gpu_memory_gib, many_images, size
 from ..supervise import Supervisor
 from . import enqueue
@@ -130,7 +133,28 @@ def main(argv: list[str] | None = None) -> None:
     shares = None if a.step or a.split else coserve(protocol, gib, s.gpu_util)
     phases = plan_phases(s, protocol, a.step, a.split, found, shares)
     sizes = [_sizes(s, protocol, servers, gib) for servers in phases]  # a GPU too small: refused before any start
+    hold("pool-launch", s.root, f"PORT0 {s.port0}")  # a second launcher here would fight for the same ports
+    _check_ports(phases, sizes)
     stop = _stop_on_signals()
+    with Procs(s.logs_dir) as own:  # an embedded Redis (--sim) lives as long as the launch
+        _launch(a, s, protocol, steps, found, phases, sizes, stop, own)
+
+
+def _launch(
+    a: argparse.Namespace,
+    s: Settings,
+    protocol: Protocol,
+    steps: list[int],
+    found: list[str],
+    phases: list[list[Server]],
+    sizes: list[dict[tuple[int, ...], Sizing]],
+    stop: threading.Event,
+    own: Procs,
+) -> None:
+    """The phases one after the other; one that ends when its queues are empty starts only the servers whose
+    steps have work."""
+    if a.sim:
+        s = _sim_redis(s, own)
     s = _wait_redis(s, stop)  # before any server starts: a node job resubmitted during a Redis restart waits
     if a.step is None and not a.split:
 
@@ -147,12 +171,16 @@ def main(argv: list[str] | None = None) -> None:
     for i, (servers, sized) in enumerate(zip(phases, sizes, strict=True)):
         last = i == len(phases) - 1
         with Procs(s.logs_dir) as procs:
-            for sz in sized.values():
-                print(sz.why)
-            screen = enqueue.run_steps(s, protocol, steps, plan_only=False, label=a.step is None)  # bad input: now
+            screen, remaining = enqueue.run_steps(s, protocol, steps, plan_only=False, label=a.step is None)
             assert screen is not None  # run_steps stamped the results root
-            ready = _start_servers(procs, s, protocol, servers, a, sized)
             burst = a.burst or not last  # a phase that hands over to the next ends when its queues are empty
+            if burst:  # else it serves until a signal, for work that may still come
+                servers = _with_work(protocol, servers, remaining)
+            if not servers:
+                continue
+            for g in dict.fromkeys(v.steps for v in servers):
+                print(sized[g].why)
+            ready = _start_servers(procs, s, protocol, servers, a, sized)
             codes = _supervise(procs, s, screen, servers, a, burst, stop, sized, ready)
         served |= {step for v in servers for step in v.steps}
         if any(codes):
@@ -162,6 +190,48 @@ def main(argv: list[str] | None = None) -> None:
     enqueue.run_steps(s, protocol, steps, plan_only=True, label=a.step is None)
     if screen is not None:
         _say_what_waits(protocol, screen, served)
+
+
+def _with_work(protocol: Protocol, servers: list[Server], remaining: dict[int, int]) -> list[Server]:
+    """The servers to start in a phase that ends when its queues are empty: not one whose steps all show
+    REMAINING_TOTAL=0 (a resume after steps 1-2 are complete starts no 8B: a model's start costs minutes of a
+    GPU), said in one line per model left out."""
+    idle = {v for v in servers if all(remaining.get(step) == 0 for step in v.steps)}
+    for g in dict.fromkeys(v.steps for v in servers if v in idle):
+        print(f"steps {','.join(map(str, g))}: REMAINING_TOTAL=0, nothing to do: {protocol.steps[g[0]].model} "
+              "is not started")  # fmt: skip
+    return [v for v in servers if v not in idle]
+
+
+def _check_ports(phases: list[list[Server]], sizes: list[dict[tuple[int, ...], Sizing]]) -> None:
+    """Every port the launch will bind, servers' and workers' metrics, free before anything starts: else one line
+    naming them (a server that finds its port taken would only fail minutes later, in its log)."""
+    processes = {g: sz.processes for sized in sizes for g, sz in sized.items()}
+    if taken := [p for p in ports(phases, processes) if port_taken(p)]:
+        fail(f"port(s) {', '.join(map(str, taken))} already in use on this host (servers listen on PORT0+i, their "
+             "workers' metrics on PORT0+100+i+16k): stop what holds them, or give another PORT0")  # fmt: skip
+
+
+def _sim_redis(s: Settings, procs: Procs) -> Settings:
+    """The CPU path: `--sim` with no Redis named (flag, environment, .env or POOL_REDIS_URL_FILE) and none
+    answering at the default address starts an embedded one, as pool-demo does (its append-only file under
+    <root>/redis-data, so a rerun resumes its queue), stopped with the launch. A Redis that was named is waited
+    for, but with --sim only as long as `pool-worker --burst` waits, unless POOL_WAIT_REDIS_S is set."""
+    if "redis_url" in s.model_fields_set or s.redis_url_file is not None:
+        if "wait_redis_s" in s.model_fields_set or s.redis_url_file is not None:
+            return s
+        return s.model_copy(update={"wait_redis_s": min(s.wait_redis_s, BURST_WAIT_S)})
+    try:
+        s.redis().ping()
+        return s
+    except AuthenticationError:
+        raise
+    except RedisError:
+        pass
+    url = procs.redis(free_port(), redis_data(s.root, s.results_dir), aof=True)
+    print(f"--sim: no Redis at {s.redis_where()}, so an embedded one runs at {url} for this launch (stopped "
+          f"with it; `pool-status --redis-url {url}` meanwhile)", file=sys.stderr, flush=True)  # fmt: skip
+    return s.model_copy(update={"redis_url": url})
 
 
 def _check_args(a: argparse.Namespace, protocol: Protocol) -> None:
@@ -368,7 +438,7 @@ def _supervise(
         wargv = [sys.executable, "-m", "workers.main", "--server", srv.url, *common]
         wargv += ["--name", f"{host}-{srv.name}{nth}", "--steps", ",".join(map(str, srv.steps))]
         wargv += ["--inflight", str(sizes[srv.steps].per_process)]
-        wargv += ["--metrics-port", str(srv.port + 100 + 16 * k)] + (["--burst"] if burst else [])
+        wargv += ["--metrics-port", str(metrics_port(srv, k))] + (["--burst"] if burst else [])
         name = log_name("client", log_tag(srv, a.step, a.split), srv) + nth.replace("-", "_")
         return name, lambda: procs.start(name, wargv)
 

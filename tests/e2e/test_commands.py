@@ -21,6 +21,7 @@ from pool_queue.items import load_items
 from pool_queue.procs import free_port, wait_health
 from pool_queue.progress import duration
 from pool_queue.protocol import Protocol
+from pool_queue.queue import screen_of
 from pool_queue.report import all_steps, by_benchmark, step_report
 from pool_queue.rows import ROW_SCHEMA
 from pool_queue.settings import load_settings
@@ -197,6 +198,60 @@ def test_ctrl_c_during_step_3_then_the_demo_again_ends_with_every_step_complete(
         assert {k: (r["status"], r["removed"]) for k, r in got.items()} == {k: ("ok", v[0]) for k, v in items.items()}
     status = subprocess.run([str(bindir / "pool-status")], cwd=tmp_path, capture_output=True, text=True, env=env)
     assert all(f"STEP={s} REMAINING_TOTAL=0" in status.stdout for s in (1, 2, 3)), status.stdout
+
+
+def test_one_demo_per_root_and_after_fresh_the_fresh_run_is_the_one_resumed(tmp_path):
+    """A second `pool-demo` on a root is refused in one line naming the running one. `--fresh` moves the older
+    results, report and queue aside (said in one line); the next `pool-demo` resumes the fresh run, on a queue
+    that holds none of the older run's jobs, and reports it."""
+    bindir = Path(sys.executable).parent
+    argv = [str(bindir / "pool-demo"), "--root", "demo", "--items", "150", "--videos", "30"]
+    root, err = tmp_path / "demo", (tmp_path / "demo.err").open("w+")
+
+    def started(p: subprocess.Popen[str]) -> tuple[Redis, list[str]]:
+        """The demo's Redis once its queues are filled, and the lines printed until then."""
+        assert p.stdout is not None
+        lines = [p.stdout.readline()]
+        while not lines[-1].startswith("demo Redis: "):
+            assert lines[-1], p.communicate()
+            lines.append(p.stdout.readline())
+        conn = Redis.from_url(lines[-1].split()[-1])
+        while not list(conn.scan_iter("rq:queue:pool-*")):
+            assert p.poll() is None, p.communicate()
+            time.sleep(0.1)
+        return conn, lines
+
+    def token() -> str | None:
+        return Store(root / "results" / "pool", Protocol().fingerprint).screen_token()
+
+    with subprocess.Popen([*argv, "--speed", "1"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=err, text=True) as p:
+        started(p)
+        second = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=300)
+    assert second.returncode == 2 and second.stderr.count("\n") == 1, second.stderr
+    assert second.stderr.startswith(f"error: pool-demo is already running on this host for root demo: pid {p.pid} (")
+    older = token()
+    with subprocess.Popen([*argv, "--fresh", "--speed", "1"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=err,
+                          text=True) as p:  # fmt: skip
+        _, lines = started(p)
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=300)
+    (moved,) = [line for line in lines if line.startswith("--fresh: the older results moved to ")]
+    aside = tmp_path / moved.split(" moved to ", 1)[1].split(" (")[0]
+    assert aside.parent == root / "results" and Store(aside, Protocol().fingerprint).screen_token() == older
+    fresh = token()
+    assert fresh not in (None, older)
+    with subprocess.Popen([*argv, "--speed", "20"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=err, text=True) as p:
+        conn, _ = started(p)
+        queues = {k.decode() for k in conn.scan_iter("rq:queue:pool-*")}
+        out, _ = p.communicate(timeout=600)
+    assert p.returncode == 0, (tmp_path / "demo.err").read_text()[-3000:]
+    screen = screen_of(Store(root / "results" / "pool", Protocol().fingerprint), conn)
+    assert screen is not None
+    mine = screen.queue_name(1).rsplit("-step", 1)[0]
+    assert {q.removeprefix("rq:queue:").rsplit("-step", 1)[0] for q in queues} == {mine}, queues  # no older job
+    assert token() == fresh and f"rows in {Path('demo', 'results', 'pool')}" in out
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -37,7 +38,7 @@ from pool_queue.launch import (
     vllm_flags,
 )
 from pool_queue.launch import vllm_release as installed_release
-from pool_queue.procs import free_port
+from pool_queue.procs import free_port, port_taken
 from pool_queue.protocol import Protocol
 from pool_queue.settings import load_settings
 from pool_queue.store import Store
@@ -236,10 +237,12 @@ def test_run_remote_without_the_venv_says_what_to_do(pool_root, tmp_path):
 
 def test_one_command_screens_every_step_on_one_gpu_and_a_step_launch_says_what_waits(pool_root, redis_url):
     """`pool-launch --burst` alone: the 8B for steps 1-2, then the 2B for step 3, on the one GPU; every
-    step complete and the reference's verdicts. `--step 1` alone leaves step 3 waiting and says so."""
+    step complete and the reference's verdicts. `--step 1` alone leaves step 3 waiting and says so; the whole
+    launch after it starts no 8B, whose steps are complete, only the 2B."""
     from pool_queue.sim.reference import expected
 
-    env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(port0())}
+    base = port0()
+    env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(base)}
     launch = [sys.executable, "-m", "pool_queue.commands.launch", "--sim", "--burst"]
     part = launched([*launch, "--step", "1"], {**env, "MAX_SEQS": "256"}, pool_root)
     assert part.returncode == 0, part.stderr[-3000:]
@@ -253,12 +256,13 @@ def test_one_command_screens_every_step_on_one_gpu_and_a_step_launch_says_what_w
     whole = launched(launch, env, pool_root)
     assert whole.returncode == 0, whole.stderr[-3000:]
     assert "1 GPU(s), every step: steps 1,2 on Qwen/Qwen3-VL-8B-Instruct, then steps 3 on Qwen" in whole.stdout
-    assert "steps 1,2: MAX_SEQS 64, 128 in flight per server (2 x MAX_SEQS; 1 worker process); GPU memory unknown" in (
-        whole.stdout)  # fmt: skip
+    assert "steps 1,2: REMAINING_TOTAL=0, nothing to do: Qwen/Qwen3-VL-8B-Instruct is not started" in whole.stdout
+    starts = [line for line in whole.stdout.splitlines() if line.startswith("starting ")]
+    assert starts == [f"starting 1 server(s): gpu0=Qwen/Qwen3-VL-2B-Instruct (steps 3)@http://127.0.0.1:{base}"]
     assert "steps 3: MAX_SEQS 64, 64 in flight per server (1 x MAX_SEQS; 1 worker process)" in whole.stdout
     assert "wait in Redis" not in whole.stderr and all(f"STEP={n} REMAINING_TOTAL=0" in whole.stdout for n in (1, 2, 3))
     logs = pool_root / "logs"
-    assert (logs / "vllm_s1-2_gpu0.log").exists() and (logs / "vllm_s3_gpu0.log").exists()
+    assert not (logs / "vllm_s1-2_gpu0.log").exists() and (logs / "vllm_s3_gpu0.log").exists()
     store, want = Store(pool_root / "results" / "pool", P.fingerprint), expected(pool_root)
     for step, items in want.items():
         got = {r["item_id"]: r for r in store.read_rows(step, store.winners(step))}
@@ -386,6 +390,64 @@ def test_a_launcher_waiting_for_redis_ends_on_the_first_signal(pool_root, tmp_pa
     assert launch.returncode == 0 and "Traceback" not in text, text
     last = text.strip().splitlines()[-1]
     assert last == "pool-launch: signal received while waiting for Redis: nothing started, stopping", text
+
+
+def test_one_launcher_per_host_root_and_port0_and_a_taken_port_is_named_before_any_start(pool_root, redis_url):
+    """A second launcher on the same root and PORT0 is refused in one line naming the running one; one with
+    another PORT0 (a second node job on the node) joins and screens; a port taken by another program (here a
+    worker's metrics port) is named in one line, exit 2, before any server starts."""
+    base = port0()
+    env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(base)}
+    argv = [sys.executable, "-m", "pool_queue.commands.launch", "--step", "1", "--sim"]
+    first = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert first.stdout is not None
+        for line in first.stdout:  # runs until SIGTERM
+            if "worker(s) started" in line:
+                break
+        second = subprocess.run([*argv, "--burst"], env=env, capture_output=True, text=True, timeout=120)
+        other = launched([*argv, "--burst"], {**env, "PORT0": str(port0())}, pool_root)
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=120)
+    assert second.returncode == 2 and second.stderr.count("\n") == 1, second.stderr
+    assert second.stderr.startswith(f"error: pool-launch is already running on this host for root {pool_root}, "
+                                    f"PORT0 {base}: pid {first.pid} ("), second.stderr  # fmt: skip
+    assert other.returncode == 0 and other.stdout.endswith("\nREMAINING_TOTAL=0\n"), other.stderr[-3000:]
+    assert first.returncode == 0
+    taken = port0()
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", taken + 100))
+        holder.listen()
+        out = subprocess.run([*argv, "--burst"], env={**env, "PORT0": str(taken)}, capture_output=True, text=True,
+                             timeout=120)  # fmt: skip
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith(f"error: port(s) {taken + 100} already in use on this host"), out.stderr
+    assert out.stdout == "" and not list((pool_root / "logs").glob(f"*{taken}*"))
+
+
+def test_a_simulated_launch_with_no_redis_starts_its_own_and_a_named_one_is_waited_for_as_a_burst_worker_waits(
+    pool_root,
+):
+    """The CPU path: `pool-launch --sim` with no Redis named and none at the default address starts an
+    embedded one (as pool-demo does), says so, screens, and leaves none running; a Redis named but absent
+    is waited for 30 s, as `pool-worker --burst` waits, not an hour."""
+    if port_taken(6379):
+        pytest.skip("something listens on the default Redis port 6379 here")
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "POOL_REDIS_URL", "POOL_REDIS_URL_FILE")}
+    env |= {"POOL_ROOT": str(pool_root), "NGPU": "1", "PORT0": str(port0())}
+    argv = [sys.executable, "-m", "pool_queue.commands.launch", "--step", "1", "--sim", "--burst"]
+    out = launched(argv, env, pool_root)
+    assert out.returncode == 0 and out.stdout.endswith("\nREMAINING_TOTAL=0\n"), out.stderr[-3000:]
+    said = [line for line in out.stderr.splitlines() if line.startswith("--sim: no Redis at redis://127.0.0.1:6379/0")]
+    assert len(said) == 1 and "so an embedded one runs at redis://127.0.0.1:" in said[0], out.stderr[-3000:]
+    port = int(said[0].split("redis://127.0.0.1:", 1)[1].split("/")[0])
+    assert not port_taken(port)  # stopped with the launch
+    assert (pool_root / "redis-data" / "pool").is_dir()
+    gone = subprocess.run(argv, env={**env, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert gone.returncode == 2 and "waiting up to 30 s" in gone.stderr, gone.stderr
+    assert gone.stderr.strip().splitlines()[-1].endswith("gave up after 30 s (POOL_WAIT_REDIS_S)"), gone.stderr
 
 
 def test_launcher_restarts_a_worker_killed_mid_screen(pool_root, redis_url):
