@@ -258,7 +258,8 @@ class Procs:
     def say_stopping(self, why: str, first: Iterable[str] = ()) -> None:
         """One line: what a stop signal stops, in the order it stops them (`first`, then the rest, last
         started first)."""
-        names = list(first) + [n for n in reversed(list(self.children)) if n not in first]
+        ahead = list(first)
+        names = ahead + [n for n in reversed(list(self.children)) if n not in ahead]
         names = [n for n in names if n in self.children and self.children[n].poll() is None]
         if names:
             say(f"{why}: stopping {', '.join(names)}, in that order")
@@ -267,7 +268,8 @@ class Procs:
         """A line to the guard, started with the first child (held lock)."""
         if self._guard is None:
             self._pipe, theirs = os.pipe()[::-1]
-            self._guard = subprocess.Popen([sys.executable, "-m", "pool_queue.guard"], stdin=theirs,
+            argv = [sys.executable, "-m", "pool_queue.guard", str(self._record.absolute())]
+            self._guard = subprocess.Popen(argv, stdin=theirs,
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                            start_new_session=True)  # fmt: skip
             os.close(theirs)
@@ -283,10 +285,11 @@ class Procs:
             "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
             "children": [[name, pid, start] for name, (pid, start) in self._starts.items()],
         }
-        self.log_dir.mkdir(parents=True, exist_ok=True)
         tmp = self._record.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record))
-        tmp.replace(self._record)
+        with contextlib.suppress(OSError):  # an aid for later runs: never a reason to leave a child unstopped
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(record))
+            tmp.replace(self._record)
 
     def stop_leftovers(self) -> None:
         """Children that an earlier command with this log folder left running on this host, its guard gone

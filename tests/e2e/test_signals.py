@@ -110,6 +110,7 @@ def test_sigterm_sighup_and_sigkill_stop_the_demo_and_all_it_started_and_it_resu
                 out, _ = p.communicate(timeout=120)
             said = err.read_text()
             assert not left_after(groups, 60), said[-3000:]
+            assert not list((root / "logs" / "demo").glob(".running-*")), "the record of what ran outlived it"
             if sig != signal.SIGKILL:
                 assert p.returncode == 128 + sig and "Traceback" not in said and "interrupted" in out, said[-3000:]
                 order = "worker-2, worker-1, worker-0, sim2b-0, sim8b-1, sim8b-0, redis-[0-9]+"
