@@ -14,6 +14,7 @@ children that an earlier command left behind when its guard went with it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import json
 import os
@@ -57,8 +58,27 @@ class Interrupted(KeyboardInterrupt):
 def on_stop_signals(act: Callable[[int], None]) -> None:
     """`act(signum)` on each of STOP_SIGNALS, whatever the shell set: a shell starts background jobs with
     SIGINT ignored, and a command started so would otherwise never stop its children on Ctrl-C."""
+
+    def on(signum: int, _frame: object) -> None:
+        if signum == signal.SIGHUP:
+            _mute_hung_up_terminal()
+        act(signum)
+
     for sig in STOP_SIGNALS:
-        signal.signal(sig, lambda signum, _frame: act(signum))
+        signal.signal(sig, on)
+
+
+def _mute_hung_up_terminal() -> None:
+    """A closed terminal fails every later write (EIO), which would end the command on the first line it
+    prints, before its children are stopped in order: its output goes to /dev/null instead."""
+    for fd in (1, 2):
+        try:
+            os.tcgetpgrp(fd)  # a pipe or a file: ENOTTY; a terminal hung up: EIO
+        except OSError as e:
+            if e.errno == errno.EIO:
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, fd)
+                os.close(null)
 
 
 def interrupt_on_stop_signals() -> None:

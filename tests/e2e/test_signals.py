@@ -7,14 +7,21 @@ the reference's verdicts, and the rows written before each stop unchanged."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import pty
 import re
+import select
 import signal
 import socket
 import subprocess
 import sys
+import termios
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ports import port0
 from redis import Redis
@@ -68,7 +75,7 @@ def rows(store: Store) -> dict[tuple[int, str], dict]:
     return {(s, r["item_id"]): r for s in P.steps for r in store.read_rows(s, store.winners(s))}
 
 
-def mid_screen(p: subprocess.Popen[str], conn: Redis, store: Store, before: int) -> None:
+def mid_screen(p: subprocess.Popen[Any], conn: Redis, store: Store, before: int) -> None:
     """Until this run has written rows of its own and holds jobs in flight."""
     deadline = time.monotonic() + 300  # a test timeout only
     while not (sum(store.winners(s).num_rows for s in P.steps) > before and any(
@@ -86,7 +93,40 @@ def complete(root: Path, store: Store, kept: dict[tuple[int, str], dict]) -> Non
     assert kept and all(now[k] == r for k, r in kept.items())
 
 
-def test_sigterm_sighup_and_sigkill_stop_the_demo_and_all_it_started_and_it_resumes(tmp_path):
+class Terminal:
+    """A pseudo-terminal that a command runs in as in a user's shell; closing it hangs up (SIGHUP)."""
+
+    def __init__(self) -> None:
+        self.master, self.slave = pty.openpty()
+        self.out = b""
+        self.closed = threading.Event()
+
+    def start(self, argv: list[str], cwd: Path) -> subprocess.Popen[bytes]:
+        """`argv` as a session leader whose controlling terminal this is."""
+        tty = self.slave
+        p = subprocess.Popen(argv, cwd=cwd, stdin=tty, stdout=tty, stderr=tty, start_new_session=True,
+                             preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))  # fmt: skip
+        os.close(self.slave)
+        threading.Thread(target=self._read, daemon=True).start()  # its output never blocks it
+        return p
+
+    def _read(self) -> None:
+        while not self.closed.is_set():
+            try:
+                if select.select([self.master], [], [], 0.1)[0]:
+                    self.out += os.read(self.master, 1 << 16)
+            except OSError:  # nothing holds the other side now
+                time.sleep(0.1)
+        os.close(self.master)
+
+    def text(self) -> str:
+        return self.out.decode(errors="replace")
+
+    def hang_up(self) -> None:
+        self.closed.set()
+
+
+def test_sigterm_a_closed_terminal_and_sigkill_stop_the_demo_and_all_it_started_and_it_resumes(tmp_path):
     bindir = Path(sys.executable).parent
     argv = [str(bindir / "pool-demo"), "--root", "demo", "--items", "300", "--videos", "60", "--speed", "1"]
     root = tmp_path / "demo"
@@ -95,26 +135,28 @@ def test_sigterm_sighup_and_sigkill_stop_the_demo_and_all_it_started_and_it_resu
     kept: dict[tuple[int, str], dict] = {}
     try:
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGKILL):
-            err = tmp_path / f"demo-{sig.name}.err"
-            with err.open("w") as e, subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=e,
-                                                      text=True) as p:  # fmt: skip
-                assert p.stdout is not None
-                line = ""
-                while not line.startswith("demo Redis: "):
-                    line = p.stdout.readline()
-                    assert line, err.read_text()[-3000:]
-                mid_screen(p, Redis.from_url(line.split()[-1]), store, len(kept))
-                groups = groups_of(p.pid)
-                seen += groups
-                p.send_signal(sig)
-                out, _ = p.communicate(timeout=120)
+            out, err = tmp_path / f"demo-{sig.name}.out", tmp_path / f"demo-{sig.name}.err"
+            with out.open("w") as o, err.open("w") as e:
+                term = Terminal() if sig == signal.SIGHUP else None  # SIGHUP as an SSH session that drops
+                p = term.start(argv, tmp_path) if term else subprocess.Popen(argv, cwd=tmp_path, stdout=o, stderr=e)
+                with p:
+                    mid_screen(p, demo_redis(p, term.text if term else out.read_text), store, len(kept))
+                    groups = groups_of(p.pid)
+                    seen += groups
+                    if term:
+                        term.hang_up()
+                    else:
+                        p.send_signal(sig)
+                    p.wait(120)
             said = err.read_text()
             assert not left_after(groups, 60), said[-3000:]
             assert not list((root / "logs" / "demo").glob(".running-*")), "the record of what ran outlived it"
             if sig != signal.SIGKILL:
-                assert p.returncode == 128 + sig and "Traceback" not in said and "interrupted" in out, said[-3000:]
+                assert p.returncode == 128 + sig and "Traceback" not in said, said[-3000:]
+            if sig == signal.SIGTERM:
+                assert "interrupted" in out.read_text(), said[-3000:]
                 order = "worker-2, worker-1, worker-0, sim2b-0, sim8b-1, sim8b-0, redis-[0-9]+"
-                assert re.search(rf"^{sig.name}: stopping {order}, in that order$", said, re.M), said[-3000:]
+                assert re.search(rf"^SIGTERM: stopping {order}, in that order$", said, re.M), said[-3000:]
             kept = rows(store)
         again = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=600)
         assert again.returncode == 0 and ": OK," in again.stdout, again.stderr[-3000:]
@@ -122,6 +164,15 @@ def test_sigterm_sighup_and_sigkill_stop_the_demo_and_all_it_started_and_it_resu
         complete(root, store, kept)
     finally:
         kill(seen)
+
+
+def demo_redis(p: subprocess.Popen[Any], printed: Callable[[], str]) -> Redis:
+    """The demo's Redis, from the line the demo prints about it."""
+    deadline = time.monotonic() + 300  # a test timeout only
+    while not (m := re.search(r"demo Redis: (redis://\S+)", printed())):
+        assert p.poll() is None and time.monotonic() < deadline, printed()[-3000:]
+        time.sleep(0.1)
+    return Redis.from_url(m[1])
 
 
 def test_sighup_sigterm_and_sigkill_stop_a_launch_and_all_it_started_and_a_rerun_resumes(pool_root, redis_url):
