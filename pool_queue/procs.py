@@ -18,7 +18,6 @@ import errno
 import itertools
 import json
 import os
-import shlex
 import shutil
 import signal
 import socket
@@ -302,7 +301,7 @@ class Procs:
         record = {
             "boot": _boot_id(),
             "owner": [me, guard.start_time(me)],
-            "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+            "command": Path(sys.argv[0]).name,  # its arguments may hold a URL with a password
             "children": [[name, pid, start] for name, (pid, start) in self._starts.items()],
         }
         tmp = self._record.with_suffix(".tmp")
