@@ -11,12 +11,15 @@ from pathlib import Path
 import pytest
 from stack import Stack, make_screen
 
-from pool_queue.procs import Procs, free_port
+from pool_queue.procs import Procs, free_port, interrupt_on_stop_signals
 from pool_queue.queue import Screen
 from pool_queue.synth import SynthConfig, generate
 
 # A `.env` that `make demo` left in the checkout must not steer the tests (nor the commands they run).
 os.environ["POOL_ENV_FILE"] = ""
+# SIGTERM and SIGHUP end a test run as Ctrl-C does: the fixtures' teardown stops every process they started.
+interrupt_on_stop_signals()
+STOPPED_BY: list[str] = []  # the stop signal that ended this run, if one did
 # pool-launch's vLLM cache (compile cache, flags probe) goes to a folder of the run's, never the user's home.
 os.environ.setdefault("VLLM_CACHE_ROOT", tempfile.mkdtemp(prefix="pool-vllm-cache-"))
 
@@ -37,12 +40,19 @@ def pool_root(small_root: Path, tmp_path: Path) -> Iterator[Path]:
     yield root
 
 
+def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+    """Called before the teardown that a stop signal (Ctrl-C, SIGTERM, SIGHUP) leads to."""
+    STOPPED_BY.append(str(excinfo.value) or "Ctrl-C")
+
+
 @pytest.fixture()
 def procs(tmp_path: Path) -> Iterator[Procs]:
     """The shared harness: every process a test starts (Redis, simulators, workers) is stopped when it
-    ends, last started first; their logs are in tmp_path/logs."""
+    ends, last started first; their logs are in tmp_path/logs. A stop signal says what it stops."""
     with Procs(tmp_path / "logs") as p:
         yield p
+        if STOPPED_BY:
+            p.say_stopping(STOPPED_BY[0])
 
 
 @pytest.fixture()

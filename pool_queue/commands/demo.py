@@ -1,8 +1,9 @@
 """pool-demo: the whole screen on this machine: synthetic pool, embedded Redis, simulated vLLM servers
 (two 8B, one 2B), one worker per server, all three steps chained, live progress with ETA, summary.
 
-Every process it starts is stopped on exit, Ctrl-C included. Run again, it resumes: its Redis keeps an
-append-only file under the demo folder, and every step that has work is enqueued (as
+Every process it starts is stopped on exit: Ctrl-C, SIGTERM and SIGHUP alike stop the workers first (their
+jobs finish), then the servers and Redis, and exit with 128 + the signal's number. Run again, it resumes:
+its Redis keeps an append-only file under the demo folder, and every step that has work is enqueued (as
 `pool-enqueue --step all` does), so the rows already on disk are kept and the rest is screened.
 `--fresh` moves the older results (rows, report, queue) aside and starts empty; the next run resumes the
 fresh one. One demo runs on a root at a time (a second is refused, naming the first).
@@ -11,8 +12,8 @@ fresh one. One demo runs on a root at a time (a second is refused, naming the fi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import signal
 import sys
 import time
 from pathlib import Path
@@ -27,7 +28,7 @@ from ..cli import exe, fail, reports_errors
 from ..hostlock import hold
 from ..items import ItemSet, load_items
 from ..plan import eligible, frameless_notes
-from ..procs import Procs, free_port, wait_health
+from ..procs import Interrupted, Procs, free_port, interrupt_on_stop_signals, wait_health
 from ..progress import console, duration
 from ..protocol import Protocol
 from ..queue import Screen, screen_of
@@ -59,14 +60,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     a = p.parse_args(argv)
     con = Console()
-    # Ctrl-C stops the demo wherever it was started: a shell starts background jobs with SIGINT ignored, and a
-    # Python started so would otherwise never raise KeyboardInterrupt
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    interrupt_on_stop_signals()
     try:
         _demo(a, con)
-    except KeyboardInterrupt:  # every process was stopped on the way out; the rows stay
-        con.print("interrupted: the demo's processes are stopped; its rows stay, and `pool-demo` resumes them")
-        raise SystemExit(130) from None
+    except KeyboardInterrupt as e:  # every process was stopped on the way out; the rows stay
+        with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
+            con.print("interrupted: the demo's processes are stopped; its rows stay, and `pool-demo` resumes them")
+        raise SystemExit(e.exit_code if isinstance(e, Interrupted) else 130) from None
 
 
 def _pool(a: argparse.Namespace, con: Console) -> None:

@@ -9,9 +9,9 @@ on the rest, so all steps run at once. A launch that leaves jobs waiting for a m
 says so at the end, with the command that finishes them.
 Logs: logs/vllm_s<STEP>_gpu<i>.log and logs/client_s<STEP>_gpu<i>.log (STEP: the step, the split, or
 a phase's steps such as 1-2). `--burst` returns when the queues are empty (the run package's
-run_remote.sh); otherwise it runs until SIGTERM/SIGINT (the last phase), then lets the workers finish
-their jobs before stopping the servers. `--sim` starts simulated servers instead of vLLM (the CPU
-demo, the Slurm test).
+run_remote.sh); otherwise it runs until SIGTERM, SIGHUP or Ctrl-C (the last phase). Any of those, at
+any time, lets the workers finish their jobs before stopping the servers. `--sim` starts simulated
+servers instead of vLLM (the CPU demo, the Slurm test).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from ..launch import (
     vllm_flags,
     vllm_release,
 )
-from ..procs import Procs, free_port, port_taken, wait_health
+from ..procs import Procs, StopRequest, free_port, port_taken, wait_health
 from ..progress import duration
 from ..protocol import Protocol
 from ..queue import Screen
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
     sizes = [_sizes(s, protocol, servers, gib) for servers in phases]  # a GPU too small: refused before any start
     hold("pool-launch", s.root, f"PORT0 {s.port0}")  # a second launcher here would fight for the same ports
     _check_ports(phases, sizes)
-    stop = _stop_on_signals()
+    stop = StopRequest().install()  # Ctrl-C, SIGTERM, SIGHUP: a drain instead of killing the launcher
     with Procs(s.logs_dir) as own:  # an embedded Redis (--sim) lives as long as the launch
         _launch(a, s, protocol, steps, found, phases, sizes, stop, own)
 
@@ -148,7 +148,7 @@ def _launch(
     found: list[str],
     phases: list[list[Server]],
     sizes: list[dict[tuple[int, ...], Sizing]],
-    stop: threading.Event,
+    stop: StopRequest,
     own: Procs,
 ) -> None:
     """The phases one after the other; one that ends when its queues are empty starts only the servers whose
@@ -248,7 +248,7 @@ def _check_args(a: argparse.Namespace, protocol: Protocol) -> None:
         fail(f"--sim-warmup-s {a.sim_warmup_s:g}: must be 0 or more")
 
 
-def _wait_redis(s: Settings, stop: threading.Event) -> Settings:
+def _wait_redis(s: Settings, stop: StopRequest) -> Settings:
     """Until Redis answers: one line when the outage begins (and every POOL_WAIT_NOTE_S while it lasts) and one
     when it ends, up to POOL_WAIT_REDIS_S; a refused password is not an outage (one line, exit 2, at once).
     With POOL_REDIS_URL_FILE (a Slurm Redis job writes its address there) and no REDIS_URL, the address is read
@@ -296,14 +296,6 @@ def _say_what_waits(protocol: Protocol, screen: Screen, served: set[int]) -> Non
         print(f"step {step}: {len(jobs)} job(s) wait in Redis for {model}, which this launch did not serve; "
               f"finish them with: pool-launch --step {step} --burst (or pool-launch --burst for every step)",
               file=sys.stderr)  # fmt: skip
-
-
-def _stop_on_signals() -> threading.Event:
-    """SIGTERM/SIGINT ask for a drain instead of killing the launcher."""
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda _signum, _frame: stop.set())
-    return stop
 
 
 def _sizes(s: Settings, protocol: Protocol, servers: list[Server], gib: float | None) -> dict[tuple[int, ...], Sizing]:
@@ -422,7 +414,7 @@ def _supervise(
     servers: list[Server],
     a: argparse.Namespace,
     burst: bool,
-    stop: threading.Event,
+    stop: StopRequest,
     sizes: dict[tuple[int, ...], Sizing],
     ready: Bringup,
 ) -> list[int]:
@@ -469,6 +461,8 @@ def _supervise(
             break
         time.sleep(1)
     ready.close()
+    if stop.is_set():
+        procs.say_stopping(stop.why, first=sup.children)  # the workers, then the servers
     for proc in sup.running():
         proc.send_signal(signal.SIGTERM)
     for proc in sup.running():

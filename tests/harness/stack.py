@@ -73,7 +73,7 @@ class Stack:
         the test's files touches; returns the process and a reader of its log so far."""
         proc = subprocess.Popen(argv, env={**os.environ, **self.env, **env}, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-        self.procs.children[name] = proc
+        self.procs.adopt(name, proc)
         out: list[bytes] = []
         pipe = proc.stdout
         assert pipe is not None
