@@ -57,8 +57,8 @@ class Tuning:
     the GPU from 30 to 91 % busy: OpenMP's default threads in the engine core fought the API servers
     for the cores, then one preprocessing thread per API server was the limit (h200.md). With the batch
     endpoint the workers send a video's items as one request whose siblings name the frames by uuid: the
-    API server's processor cache then processes each frame once (step 3's server CPU per item 350 -> 175 ms
-    on an H100, benchmarks/results/)."""
+    API server's processor cache then processes each frame once (step 3's server CPU per item 244 -> 115 ms
+    on an H100, vLLM 0.26: benchmarks/results/h100-2026-12-06-batch)."""
 
     api_servers: int
     renderer_workers: int

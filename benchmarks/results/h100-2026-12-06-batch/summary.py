@@ -1,0 +1,77 @@
+"""The two runs side by side: per step the rows and items/s over the step's span (first start to last
+finish); over step 3's span the GPU busy and the vLLM processes' CPU per item; the prefix-cache hit rate
+the workers metered; then the top-20 of every item both runs screened, compared."""
+
+import json
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+E = Path(sys.argv[1])
+MODES = tuple(sys.argv[2:]) or ("off", "auto")  # the first is the reference the others are compared with
+
+
+def samples(mode: str) -> list[tuple[float, float, float, float]]:
+    return [tuple(map(float, line.split())) for line in (E / f"samples-{mode}.txt").read_text().splitlines()]
+
+
+def window(rows: list[dict]) -> tuple[float, float]:
+    return min(r["started_at"] for r in rows), max(r["finished_at"] for r in rows)
+
+
+def over(s: list[tuple[float, ...]], t0: float, t1: float) -> tuple[float, float, float]:
+    inside = [x for x in s if t0 <= x[0] <= t1]
+    if len(inside) < 2:
+        return float("nan"), float("nan"), float("nan")
+    busy = sum(x[3] for x in inside) / len(inside)
+    return inside[-1][1] - inside[0][1], inside[-1][2] - inside[0][2], busy
+
+
+def hits(mode: str, step: int) -> float | None:
+    q = h = 0.0
+    for f in (Path("/root/pool/results") / mode / "prefix_cache").glob("*.json"):
+        c = json.loads(f.read_text()).get("steps", {}).get(str(step))
+        if c:
+            q, h = q + c["queries"], h + c["hits"]
+    return round(h / q, 3) if q else None
+
+
+tables = {
+    m: {s: pq.read_table(E / f"export-{m}" / "parquet" / f"step{s}.parquet").to_pylist() for s in (1, 2, 3)}
+    for m in MODES
+}
+print(
+    "| run | step | rows | items/s | sent | prefix hits | step-3 GPU busy | server CPU / item | engine core / item "
+    "| engine core busy |"
+)
+print("|---|---|---|---|---|---|---|---|---|---|")
+for m in MODES:
+    s = samples(m)
+    for step in (1, 2, 3):
+        rows = [r for r in tables[m][step] if r["status"] == "ok"]
+        t0, t1 = window(rows)
+        sent = sorted({f["sent"] or "single" for r in rows for f in r["forwards"]})
+        extra = "| | | |"
+        if step == 3:
+            cpu, eng, busy = over(s, t0, t1)
+            extra = (
+                f"| {busy:.0f} % | {1000 * cpu / len(rows):.0f} ms | {1000 * eng / len(rows):.0f} ms "
+                f"| {eng / (t1 - t0):.2f} cores |"
+            )
+        rate = len(rows) / (t1 - t0)
+        print(f"| {m} | {step} | {len(rows)} | {rate:.1f} | {','.join(sent)} | {hits(m, step)} {extra}")
+for m, step in [(m, step) for m in MODES[1:] for step in (1, 2, 3)]:
+    a = {r["item_id"]: r for r in tables[MODES[0]][step] if r["status"] == "ok"}
+    b = {r["item_id"]: r for r in tables[m][step] if r["status"] == "ok"}
+    both = sorted(a.keys() & b.keys())
+    same = sum([f["top"] for f in a[i]["forwards"]] == [f["top"] for f in b[i]["forwards"]] for i in both)
+    pred = sum([f["pred"] for f in a[i]["forwards"]] == [f["pred"] for f in b[i]["forwards"]] for i in both)
+    pairs = [(x, y) for i in both for fa, fb in zip(a[i]["forwards"], b[i]["forwards"], strict=True)
+             for x, y in zip(fa["top"], fb["top"], strict=False)]  # fmt: skip
+    drift = max((abs(x["logprob"] - y["logprob"]) for x, y in pairs if x["token"] == y["token"]), default=0.0)
+    removed = sum(a[i]["removed"] == b[i]["removed"] for i in both)
+    print(
+        f"step {step}: {len(both)} items in {MODES[0]} and {m}, identical top-20 {same}, same preds {pred}, "
+        f"same verdict {removed}, max |d logprob| over same tokens {drift:.2g}"
+    )
