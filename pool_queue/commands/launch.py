@@ -134,9 +134,9 @@ def main(argv: list[str] | None = None) -> None:
     phases = plan_phases(s, protocol, a.step, a.split, found, shares)
     sizes = [_sizes(s, protocol, servers, gib) for servers in phases]  # a GPU too small: refused before any start
     hold("pool-launch", s.root, f"PORT0 {s.port0}")  # a second launcher here would fight for the same ports
-    _check_ports(phases, sizes)
     stop = StopRequest().install()  # Ctrl-C, SIGTERM, SIGHUP: a drain instead of killing the launcher
     with Procs(s.logs_dir) as own:  # an embedded Redis (--sim) lives as long as the launch
+        _check_ports(phases, sizes)  # once what a killed launch left running here is stopped (entering `own`)
         _launch(a, s, protocol, steps, found, phases, sizes, stop, own)
 
 
