@@ -118,7 +118,7 @@ def system(
     screen = screen_of(store, Redis.from_url(redis_url))
     assert screen is not None
     screen.enqueue_chunks(step, [it["item_id"] for it in items], 64, videos=[it["video_id"] for it in items])
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before, tokens_before = resource.getrusage(resource.RUSAGE_CHILDREN), server_prompt_tokens(url)
     argv = [sys.executable, "-m", "workers.main", "--server", url, "--steps", str(step), "--burst"]
     argv += ["--inflight", str(a.inflight), *common]
     env = {"POOL_VIDEO_SEND": a.video_send}
@@ -129,7 +129,8 @@ def system(
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     rows = Store(results, P.fingerprint).winners(step)
     starts, ends = rows.column("started_at").to_pylist(), rows.column("finished_at").to_pylist()
-    fwd, tokens, errors = 0, 0, 0
+    tokens = server_prompt_tokens(url) - tokens_before  # a batch's rows carry no per-forward count
+    fwd, errors = 0, 0
     for seg in Store(results, P.fingerprint).segments(step):
         for line in seg.read_bytes().splitlines():
             r = orjson.loads(line)
@@ -137,7 +138,6 @@ def system(
                 errors += 1
                 continue
             fwd += len(r["forwards"])
-            tokens += sum(f["prompt_tokens"] for f in r["forwards"])
     t0, t1 = min(starts), max(ends)
     return {
         "items": rows.num_rows, "forwards": fwd, "errors": errors, "fwd_s": fwd / (t1 - t0),
@@ -145,6 +145,12 @@ def system(
         "gpu_busy": -1.0 if (busy := gpu.busy(t0, t1)) is None else busy,
         "prefix_hit": -1.0 if (c := prefix_cache.read(results).get(step)) is None or c.rate is None else c.rate,
     }  # fmt: skip
+
+
+def server_prompt_tokens(url: str) -> float:
+    """The server's prompt tokens so far (its `vllm:prompt_tokens_total`), batches and single requests alike."""
+    text = httpx.get(url + "/metrics", timeout=10).text
+    return sum(float(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith("vllm:prompt_tokens_total"))
 
 
 def server_cache(url: str) -> tuple[float, float]:
