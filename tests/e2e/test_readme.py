@@ -159,3 +159,28 @@ def test_every_relative_link_points_at_a_file_that_exists(page, target):
 def test_the_demo_follow_up_block_is_what_the_demo_test_runs():
     lines = fenced_lines("afterwards the bare commands find the demo:")
     assert lines == ["pool-status", "pool-report", "pool-export --out demo-export"]
+
+
+def test_make_test_runs_what_needs_no_vllm_before_it_builds_the_vllm_environments(tmp_path):
+    """Fast feedback first: ruff and every test that needs no vLLM run before the vLLM environments (~11 GiB)
+    are built, each build says what it is and how big, and every test runs once (`-m 'not vllm'`, then `-m vllm`
+    on each vLLM, then the RQ tests on the oldest RQ)."""
+    venvs = {k: tmp_path / k for k in ("VLLM_VENV", "VLLM_OLDEST_VENV", "RQ_VENV")}  # unbuilt: their builds show
+    out = subprocess.run(["make", "-n", "test", *(f"{k}={v}" for k, v in venvs.items())], cwd=REPO,
+                         capture_output=True, text=True, timeout=60, check=True).stdout.splitlines()  # fmt: skip
+
+    def first(text: str) -> int:
+        return next(i for i, line in enumerate(out) if text in line)
+
+    quick = first("pytest -q -m 'not vllm'")
+    assert first("ruff check") < quick < first(f"{venvs['VLLM_VENV']}/bin/pip install")
+    for k in venvs:
+        build = first(f'echo "building {venvs[k]}:')
+        assert quick < build < first(f"{venvs[k]}/bin/pip install") and "GiB" in out[build], out[build]
+    tests = [line for line in out if "bin/pytest -q" in line]
+    assert [t.split("pytest -q ")[-1] for t in tests] == [
+        "-m 'not vllm'",
+        "-m vllm",
+        "-m vllm",
+        "tests/unit/test_lease.py tests/e2e/test_recovery.py",
+    ]
