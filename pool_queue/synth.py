@@ -120,7 +120,7 @@ ANSWERS = (
     "a bicycle",
     "they shake hands",
 )
-PARTIAL = ".partial"  # <root>.partial: a root being generated, renamed to <root> when complete
+PARTIAL = ".partial"  # <root>.partial (or <root>/.partial): a root being generated, put into place when complete
 PARTIAL_MARK = ".pool-synth-partial"  # in <root>.partial while it is written: the folder is ours to remove
 T = TypeVar("T")
 FRAME_FORMATS = (("jpeg448", 0.5), ("jpegbig", 0.3), ("png", 0.2))
@@ -310,27 +310,39 @@ def generate(root: Path, cfg: SynthConfig = SynthConfig()) -> SynthSummary:
     return SynthSummary(cfg.n_items, len(with_frames), n_frames, n_shards)
 
 
+def staging(root: Path) -> Path:
+    """Where `build_root` writes `root`: `<root>.partial` beside it, or `<root>/.partial` inside a folder that
+    is already there (a volume's mount point, say, which no rename can replace)."""
+    return root / PARTIAL if root.is_dir() else root.with_name(root.name + PARTIAL)
+
+
 def build_root(root: Path, make: Callable[[Path], T], say: Callable[[str], None] = print) -> T:
-    """`make(folder)` writes a package root into `<root>.partial` beside `root`, which is renamed to `root`
-    once `make` returned: an interrupted run (Ctrl-C, a full disk, a kill) leaves no `root` that looks
-    usable, only the `.partial` folder, which the next run names in one line and removes (it holds our
-    mark, so it is ours; a `.partial` without it is refused, never deleted). Links and paths inside are
-    relative to the root, so the rename keeps them valid. SetupError (one line) for a `root` that is
-    there and not an empty folder."""
-    if root.exists() and not (root.is_dir() and not any(root.iterdir())):
+    """`make(folder)` writes a package root into `staging(root)`, which becomes `root` once `make` returned: an
+    interrupted run (Ctrl-C, a full disk, a kill) leaves no `root` that looks usable, only the staging folder,
+    which the next run names in one line and removes (it holds our mark, so it is ours; one without it is
+    refused, never deleted). Beside `root` it is renamed into place; inside an empty `root` its entries are
+    moved up, `items/` last (a root is a pool once it has items). Links and paths inside are relative to the
+    root, so either keeps them valid. SetupError (one line) for a `root` that is there and not an empty
+    folder."""
+    partial = staging(root)
+    if root.exists() and not (root.is_dir() and all(p == partial for p in root.iterdir())):
         what = "a package root" if (root / "items").exists() else "not an empty folder"
         raise SetupError(f"{root} exists ({what}): generate into a new root")
-    partial = root.with_name(root.name + PARTIAL)
     if partial.exists() or partial.is_symlink():
         if not (partial / PARTIAL_MARK).is_file():
             raise SetupError(f"{partial} is in the way and was not left by pool-synth: move or delete it")
         say(f"removing {partial}: a pool left half-made by an interrupted run")
         shutil.rmtree(partial)
     partial.mkdir(parents=True)
-    (partial / PARTIAL_MARK).write_text("a package root being generated; renamed into place when complete\n")
+    (partial / PARTIAL_MARK).write_text("a package root being generated; put into place when complete\n")
     made = make(partial)
     (partial / PARTIAL_MARK).unlink()
-    partial.replace(root)  # an empty folder at root is replaced too
+    if partial.parent == root:
+        for entry in sorted(partial.iterdir(), key=lambda p: p.name == "items"):
+            entry.rename(root / entry.name)
+        partial.rmdir()
+    else:
+        partial.replace(root)
     return made
 
 

@@ -1,7 +1,8 @@
 """pool-synth: write a synthetic package root (items, frames, tar shards) for demos and tests.
 
-The root is written beside its place and renamed into it when complete (`synth.build_root`): a
-Ctrl-C leaves no root that looks usable. The root is marked synthetic, so its results are never
+The root is written beside its place (or inside it, where an empty folder such as a volume's mount
+point is there) and put into place when complete (`synth.build_root`): a Ctrl-C leaves no root that
+looks usable. The root is marked synthetic, so its results are never
 uploaded to the real dataset.
 """
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from ..cli import reports_errors
 from ..hostile import add_hostile
-from ..synth import PARTIAL, SynthConfig, SynthSummary, build_root, generate
+from ..synth import SynthConfig, SynthSummary, build_root, generate, staging
 
 
 @reports_errors
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         s, n_hostile = build_root(a.root, make)
     except KeyboardInterrupt:
-        print(f"interrupted: {a.root} was not made (the next run removes {a.root.name}{PARTIAL})", file=sys.stderr)
+        print(f"interrupted: {a.root} was not made (the next run removes {staging(a.root)})", file=sys.stderr)
         raise SystemExit(130) from None
     extra = f", {n_hostile} hostile kinds" if a.hostile else ""
     print(

@@ -91,3 +91,27 @@ def test_a_root_moved_into_place_keeps_its_links_and_shards(tmp_path):
     assert links and all(not os.readlink(p).startswith("/") for p in links)
     assert (cache / "hv-hx-folder-link-out").resolve() == (tmp_path / "root" / "not-frames" / "clip").resolve()
     assert verify(tmp_path / "root" / "frames_tar", show=False).shards  # raises on a missing or changed shard
+
+
+def test_an_empty_folder_already_there_is_filled_from_inside_items_last(tmp_path):
+    """A volume's mount point (compose's /pool) cannot be renamed over: the root is staged inside it and its
+    entries moved up, items/ last; a leftover staging folder there is named and removed by the next run."""
+    root = tmp_path / "pool"
+    root.mkdir()
+    seen: list[Path] = []
+
+    def make(folder: Path) -> None:
+        seen.append(folder)
+        generate(folder, SynthConfig(n_items=20, n_videos=5, seed=4, frames=(8, 9)))
+
+    (root / PARTIAL).mkdir()  # what an interrupted run left inside it
+    (root / PARTIAL / ".pool-synth-partial").write_text("ours")
+    said: list[str] = []
+    build_root(root, make, said.append)
+    assert seen == [root / PARTIAL] and said == [
+        f"removing {root / PARTIAL}: a pool left half-made by an interrupted run"
+    ]
+    assert not (root / PARTIAL).exists() and (root / "items").is_dir() and (root / SYNTHETIC).is_file()
+    assert verify(root / "frames_tar", show=False).shards
+    out = _synth(str(root), "--items", "10", "--videos", "3", cwd=tmp_path)  # now a pool: refused, kept
+    assert out.returncode == 2 and "exists (a package root)" in out.stderr, out.stderr
