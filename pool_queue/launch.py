@@ -328,11 +328,11 @@ def served_frame(s: Settings, protocol: Protocol) -> Frame:
     """The pool's frames as served (long side `image_long_side`): the one of most tokens among the first frames
     of FRAME_SAMPLE videos; without frames on disk the protocol's largest, a square one."""
     side = protocol.image_long_side
-    found = {served_size(w, h, side) for w, h in sample_sizes(s.frames_dir, FRAME_SAMPLE)}
-    if not found:
+    read = sample_sizes(s.frames_dir, FRAME_SAMPLE)
+    if not read:
         return Frame(side, side, "the protocol's largest")
-    w, h = max(found, key=lambda wh: frame_tokens(*wh))
-    return Frame(w, h, f"the pool's frames, {len(found)} size(s) among {FRAME_SAMPLE} videos' first")
+    w, h = max((served_size(w, h, side) for w, h in read), key=lambda wh: frame_tokens(*wh))
+    return Frame(w, h, f"the pool's frames: the largest of {len(read)} videos' first")
 
 
 @dataclass(frozen=True)
