@@ -213,11 +213,12 @@ def test_run_remote_screens_a_pool_with_simulated_servers(pool_root, redis_url):
     )  # fmt: skip
     assert plan.returncode == 0 and "REMAINING_TOTAL=240" in plan.stdout, plan.stderr
     run = subprocess.run(
-        ["bash", str(REPO / "deploy/run_remote.sh"), "--sim"], env={**env, "STEP": "1"},
+        ["bash", str(REPO / "deploy/run_remote.sh"), "--sim"], env={**env, "STEP": "1", "MAX_BATCHED_TOKENS": "24576"},
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     assert "REMAINING_TOTAL=0" in run.stdout
+    assert "steps 1,2: --max-num-batched-tokens 24,576: MAX_BATCHED_TOKENS as set" in run.stdout  # the knob passes
     logs = pool_root / "logs"
     assert (logs / "vllm_s1_gpu0.log").exists() and (logs / "client_s1_gpu1.log").exists()
     store = Store(pool_root / "results" / "pool", P.fingerprint)
