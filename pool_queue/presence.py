@@ -12,6 +12,8 @@ from collections import deque
 from pydantic import BaseModel, ValidationError
 from redis import Redis
 
+from .prefix_cache import Engine
+
 PREFIX = "pool:worker:"
 TTL_S = 30
 
@@ -38,6 +40,7 @@ class WorkerSnapshot(BaseModel):
     held: str | None = None  # why it takes no new work now (a silent server, rows it cannot write)
     last_error: str | None = None
     metrics_url: str | None = None
+    engine: Engine | None = None  # its server's engine at the worker's last read of the server's /metrics
     started_at: float
     updated_at: float
 

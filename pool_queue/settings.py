@@ -60,6 +60,12 @@ class Settings(BaseSettings):
         ge=1,
         description="vLLM --max-num-seqs; default per model group from the GPU's memory (pool_queue.sizing)",
     )
+    max_batched_tokens: int | Literal["derived"] | None = Field(
+        default=None,
+        validation_alias=AliasChoices("MAX_BATCHED_TOKENS", "POOL_MAX_BATCHED_TOKENS"),
+        description="vLLM --max-num-batched-tokens for every server; `derived`: step 3's from its frames and the "
+        "vLLM release (pool_queue.sizing.step_budget); default 32768 for steps with many images, else 16384",
+    )
     py: str = Field(default="python3", validation_alias=AliasChoices("PY", "POOL_PY"))
     vllm: str = Field(default="vllm", validation_alias=AliasChoices("VLLM", "POOL_VLLM"))
     api_servers: int | None = Field(default=None, ge=1, description="vLLM --api-server-count; default from cores/GPU")
@@ -113,6 +119,17 @@ class Settings(BaseSettings):
         if self.heartbeat_s * 2 > self.lease_s:
             raise ValueError(f"heartbeat_s ({self.heartbeat_s}) must be at most half of lease_s ({self.lease_s})")
         return self
+
+    @field_validator("max_batched_tokens", mode="before")
+    @classmethod
+    def _budget(cls, v: Any) -> Any:
+        """A whole number of tokens above 0, or `derived`; anything else is named as it was given."""
+        text = str(v).strip()
+        if v is None or text == "derived":
+            return None if v is None else "derived"
+        if isinstance(v, bool) or not text.isdigit() or int(text) < 1:
+            raise ValueError(f"{v!r} is neither a number of tokens above 0 nor derived")
+        return int(text)
 
     @field_validator("redis_url")
     @classmethod

@@ -54,6 +54,14 @@ class WorkerStatus(presence.WorkerSnapshot):
     health: bool | None = None  # /health of its server answered 200 just now
 
 
+class ServerStatus(BaseModel):
+    """A model server as vLLM's own /metrics show it, from its workers' latest read."""
+
+    server: str
+    steps: list[int]  # the steps its workers take
+    engine: prefix_cache.Engine
+
+
 class FailedJob(BaseModel):
     job_id: str
     step: int
@@ -66,6 +74,7 @@ class RunStatus(BaseModel):
     screen: str | None  # this results root's id in Redis (None before anything was enqueued or run)
     steps: list[StepStatus]
     workers: list[WorkerStatus]
+    servers: list[ServerStatus] = []  # the servers whose workers read an engine view from their /metrics
     failed: list[FailedJob] = []
     other_screens: list[str] = []  # other screens sharing this Redis
     redis_error: str | None = None
@@ -129,6 +138,7 @@ class StatusReader:
             screen=screen.id if screen else None,
             steps=steps,
             workers=workers,
+            servers=servers(workers),
             failed=failed,
             other_screens=others,
             redis_error=redis_error,
@@ -185,6 +195,18 @@ class StatusReader:
 
 
 _NONE = pa.array([], pa.string())
+
+
+def servers(workers: list[WorkerStatus]) -> list[ServerStatus]:
+    """Each server once: the view of the worker that read it last (several workers may share a server), and
+    the steps all its workers take."""
+    out: dict[str, ServerStatus] = {}
+    for w in sorted(workers, key=lambda w: w.updated_at):
+        if w.engine is None:
+            continue
+        steps = sorted({*w.steps, *(out[w.server].steps if w.server in out else ())})
+        out[w.server] = ServerStatus(server=w.server, steps=steps, engine=w.engine)
+    return [out[k] for k in sorted(out)]
 
 
 @dataclass(frozen=True)

@@ -124,6 +124,7 @@ class Worker:
         self.last_error: str | None = None
         self.rate = presence.RateWindow()
         self.cache = prefix_cache.Meter.for_worker(store.root, name, server)
+        self.engine = prefix_cache.EngineMeter()
         self.rq: RQWorker  # made in run(): its constructor already talks to Redis
 
     def _rq_worker(self) -> RQWorker:

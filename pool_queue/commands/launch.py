@@ -35,8 +35,10 @@ from ..cli import fail, load_protocol, parser, reports_errors, settings
 from ..hostlock import hold
 from ..launch import (
     OPTIONAL_FLAGS,
+    Budget,
     Server,
     Tuning,
+    batched_tokens,
     cache_gb_per_api_server,
     cores_per_server,
     devices,
@@ -340,6 +342,18 @@ def _tuning(
     return t
 
 
+def _budgets(
+    s: Settings, protocol: Protocol, servers: list[Server], sizes: dict[tuple[int, ...], Sizing], sim: bool
+) -> dict[tuple[int, ...], Budget]:
+    """Each model group's prefill budget (`batched_tokens`), said in one line each. The installed vLLM's release
+    is read only for MAX_BATCHED_TOKENS=derived (simulated servers: none)."""
+    release = vllm_release(s.vllm) if s.max_batched_tokens == "derived" and not sim else None
+    out = {g: batched_tokens(s, protocol, g, sizes[g], release) for g in dict.fromkeys(v.steps for v in servers)}
+    for b in out.values():
+        print(b.why)
+    return out
+
+
 def _start_servers(
     procs: Procs,
     s: Settings,
@@ -360,9 +374,10 @@ def _start_servers(
     name = {v: log_name("vllm", log_tag(v, a.step, a.split), v) for v in servers}
     release = None if a.sim or s.batch == "off" else vllm_release(s.vllm)  # no batches: today's options
     tuning = {v: _tuning(s, protocol, servers, v, release, s.workers or sizes[v.steps].max_seqs) for v in servers}
+    budget = _budgets(s, protocol, servers, sizes, a.sim)
     sim = ["--speed", str(a.sim_speed), "--warmup-s", str(a.sim_warmup_s)] if a.sim else []
-    argv = {v: [*server_argv(s, protocol, v, paths[v.steps], a.sim, tuning[v], known, sizes[v.steps].max_seqs), *sim]
-            for v in servers}  # fmt: skip
+    argv = {v: [*server_argv(s, protocol, v, paths[v.steps], a.sim, tuning[v], known, sizes[v.steps].max_seqs,
+                             budget[v.steps].tokens), *sim] for v in servers}  # fmt: skip
     bring = Bringup(len(servers))
 
     def bring_up(on_gpu: list[Server]) -> None:

@@ -2,8 +2,9 @@
 
 Per step: eligible, done, removed, errors, queued and running items, items/s over the last
 minute and five minutes, ETA, and the run package's REMAINING_TOTAL=<n>. Per worker: server,
-rate, requests in flight, server health, last error. --watch refreshes a live view; --json is
-for scripts. `rq info` keeps working beside it.
+rate, requests in flight, server health, last error. Per server, what vLLM's own /metrics say about its
+engine: requests running and waiting, tokens per engine step, KV cache use, processor-cache hits.
+--watch refreshes a live view; --json is for scripts. `rq info` keeps working beside it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from rich.text import Text
 from ..cli import load_protocol, parser, reports_errors, settings
 from ..items import load_items
 from ..plan import frameless_note
+from ..prefix_cache import Engine
 from ..progress import duration
 from ..status import RunStatus, StatusReader, StepStatus
 from ..store import Store
@@ -104,9 +106,22 @@ def render(st: RunStatus) -> Group:
         rate, load = f"{w.items_per_s:.1f}", f"{w.inflight}/{w.max_inflight}"
         workers.add_row(f"{w.name}\n{w.server}", ",".join(map(str, w.steps)), rate, load, up, str(w.errors))
     parts.append(workers)
+    if st.servers:
+        engines = _table("the servers' engines (vLLM's /metrics)",
+                         ("server", "steps", "running", "waiting", "tokens/step", "KV", "mm cache"), False)  # fmt: skip
+        for v in st.servers:
+            engines.add_row(v.server, ",".join(map(str, v.steps)), *engine_cells(v.engine))
+        parts.append(engines)
     parts += [Text(f"{w.name} takes no work: {w.held}", overflow="fold") for w in st.workers if w.held]
     parts += [Text(f"last error of {w.name}: {w.last_error}", overflow="fold") for w in st.workers if w.last_error]
     return Group(*parts)
+
+
+def engine_cells(e: Engine) -> tuple[str, str, str, str, str]:
+    """Running and waiting requests, mean tokens per engine step since the read before, KV cache use, the
+    processor cache's hits ("-": not exported by the server's release, or no step since)."""
+    step = "-" if e.tokens_per_step is None else f"{e.tokens_per_step:,.0f}"
+    return f"{e.running:.0f}", f"{e.waiting:.0f}", step, _pct(e.kv_cache_usage), _pct(e.processor_cache_hit_rate)
 
 
 def frameless_lines(st: RunStatus) -> list[str]:
@@ -125,6 +140,10 @@ def plain_lines(st: RunStatus) -> str:
         f"prefix-cache hits {_pct(s.prefix_cache_hit_rate)}; workers {workers}"
         for s in st.steps
     ]
+    for v in st.servers:
+        running, waiting, step, kv, mm = engine_cells(v.engine)
+        lines.append(f"{clock} {v.server} (steps {','.join(map(str, v.steps))}): {running} running, {waiting} waiting, "
+                     f"{step} tokens/step, KV {kv}, mm cache {mm}")  # fmt: skip
     if st.redis_error:
         lines.append(f"{clock} Redis unreachable: {st.redis_error} (queues and workers unknown)")
     return "\n".join(lines)

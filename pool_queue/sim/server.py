@@ -26,6 +26,7 @@ from .mmcache import ProcessorCache
 from .model import Profile, answer
 
 CHAT = "/v1/chat/completions"
+STEP_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)  # vLLM's, for iteration tokens
 BATCH = "/v1/chat/completions/batch"
 
 
@@ -62,7 +63,18 @@ class Stats:
     running_seconds: float = 0.0  # integral of `running` over time: mean occupancy = d(this)/dt
     peak_running: int = 0  # the capacity model's own counts: a test checks them, not a wall-clock rate
     peak_waiting: int = 0
+    # vLLM's `vllm:iteration_tokens_total` histogram. The capacity model runs sequences side by side, not in
+    # engine steps: each request's uncached prompt counts as one step of its own (max_tokens 1: no decode step).
+    steps: int = 0
+    step_tokens: int = 0
+    step_buckets: list[int] = field(default_factory=lambda: [0] * len(STEP_BUCKETS))
     _mark: float = field(default_factory=time.monotonic)
+
+    def step(self, tokens: int) -> None:
+        self.steps += 1
+        self.step_tokens += tokens
+        for i, le in enumerate(STEP_BUCKETS):
+            self.step_buckets[i] += tokens <= le
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -187,6 +199,14 @@ class SimServer:
             f"vllm:prefix_cache_hits_total{label} {s.prefix_hits}",
             f"vllm:mm_cache_queries_total{label} {self.mm_cache.queries}",
             f"vllm:mm_cache_hits_total{label} {self.mm_cache.hits}",
+            f"vllm:kv_cache_usage_perc{label} {min(1.0, self._cached_tokens / self.cfg.prefix_cache_tokens):.6f}",
+            *(
+                f'vllm:iteration_tokens_total_bucket{{le="{le}.0",model_name="{self.cfg.served_name}"}} {n}'
+                for le, n in zip(STEP_BUCKETS, s.step_buckets, strict=True)
+            ),
+            f'vllm:iteration_tokens_total_bucket{{le="+Inf",model_name="{self.cfg.served_name}"}} {s.steps}',
+            f"vllm:iteration_tokens_total_count{label} {s.steps}",
+            f"vllm:iteration_tokens_total_sum{label} {s.step_tokens}",
             f'vllm:request_success_total{{finished_reason="length",model_name="{self.cfg.served_name}"}} {s.success}',
             f"pool_sim:requests_total{label} {s.requests}",
             f"pool_sim:running_seconds_total{label} {s.running_seconds:.6f}",
@@ -279,6 +299,7 @@ class SimServer:
         # a cached image prefix skips the vision encoder and its prefill; the text profiles were
         # calibrated on runs whose option orders already shared their question
         cost_tokens = p.prompt_tokens - (p.image_tokens if seen_images else 0)
+        s.step(cost_tokens)
         if self.cfg.zero_latency:
             s.success += 1
             return
