@@ -1,25 +1,21 @@
 """Why a worker takes no new work for now: its server went silent, or its rows cannot be written.
 
 Either way the worker gives its leased jobs back to the queue (other workers run them), keeps the rows
-it already wrote, and probes until the cause clears: one line when a hold begins, one when it ends.
+it already wrote, and probes until the cause clears: one line when a hold begins, one when it ends. A
+hold's probe tries what the refused operation needs (a write: `SegmentWriter.fits`), so it clears exactly
+when that would go through.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
-
-from pool_queue.store import StoreWriteError
 
 from .waiting import Note
 
 log = logging.getLogger(__name__)
-PROBE_MAX_BYTES = 4 << 20
 
 
 @dataclass
@@ -64,29 +60,3 @@ class Holds:
     def describe(self) -> str | None:
         """What holds the worker now, for pool-status."""
         return "; ".join(h.why for h in self._on.values()) or None
-
-
-def can_write(err: StoreWriteError, name: str) -> bool:
-    """Whether rows can be written again where `err` was refused, and the partial lines that refused
-    cut-backs left are cut (only then is the hold over: no torn tail outlives the outage)."""
-    return _fits(err.folder, err.nbytes, name) and err.torn.repair()
-
-
-def _fits(folder: Path, nbytes: int, name: str) -> bool:
-    """Whether a file of `nbytes` can be written and synced in `folder` now (the rows that failed would fit)."""
-    probe = folder / f".probe-{name}"
-    try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            data = memoryview(bytes(min(nbytes, PROBE_MAX_BYTES)))
-            while data:
-                data = data[os.write(fd, data) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        return True
-    except OSError:
-        return False
-    finally:
-        with contextlib.suppress(OSError):
-            probe.unlink()

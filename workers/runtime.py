@@ -35,7 +35,7 @@ from pool_queue.text import printable
 from . import upkeep
 from .chain import already_final, follow_up
 from .client import ServerMisconfigured, VLLMClient
-from .holds import Holds, can_write
+from .holds import Holds
 from .metrics import Metrics
 from .redis_link import RedisGone, RedisLink
 from .screen import Identity, Item, Screener, VideoSend
@@ -308,7 +308,7 @@ class Worker:
             await self._end(leases.give_back, self.conn, lease, False)
         except StoreWriteError as e:  # nothing of the batch is on disk; other workers run it, we wait
             back = f"rows can be written to {e.folder} again"
-            self._hold_disk(str(e.strerror), back, partial(can_write, e, self.name))
+            self._hold_disk(str(e.strerror), back, e.cleared)
             self.last_error = str(e.strerror)
             await self._end(leases.give_back, self.conn, lease, False)
         except Exception as e:
