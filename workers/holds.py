@@ -3,19 +3,22 @@
 Either way the worker gives its leased jobs back to the queue (other workers run them), keeps the rows
 it already wrote, and probes until the cause clears: one line when a hold begins, one when it ends. A
 hold's probe tries what the refused operation needs (a write: `SegmentWriter.fits`), so it clears exactly
-when that would go through.
+when that would go through. The lines are kept too (`said`, the last few, and how many in all), published
+with the worker's presence, so the launcher that started the worker says them on its console as well.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from .waiting import Note
 
 log = logging.getLogger(__name__)
+KEPT_LINES = 8  # the last lines a worker publishes for its launcher (presence.HoldNews)
 
 
 @dataclass
@@ -31,6 +34,8 @@ class Holds:
         self.who = who
         self.note_s = note_s
         self._on: dict[str, _Hold] = {}
+        self.said: deque[str] = deque(maxlen=KEPT_LINES)  # the last lines said, without the worker's name
+        self.n_said = 0  # lines said since the worker started: a reader that missed some knows how many
 
     def __bool__(self) -> bool:
         return bool(self._on)
@@ -43,7 +48,7 @@ class Holds:
         if kind in self._on:
             return False
         self._on[kind] = _Hold(why, back, probe, Note(self.who, f"the hold to clear ({why})", "no bound", self.note_s))
-        log.warning("%s: %s: its jobs go back to the queue; no new work until that clears", self.who, why)
+        self._say(f"{why}: its jobs go back to the queue; no new work until that clears")
         return True
 
     async def clear(self) -> bool:
@@ -51,11 +56,15 @@ class Holds:
         for kind, h in list(self._on.items()):
             if await h.probe():
                 del self._on[kind]
-                took = time.monotonic() - h.note.since
-                log.warning("%s: %s after %.0f s: taking work again", self.who, h.back, took)
+                self._say(f"{h.back} after {time.monotonic() - h.note.since:.0f} s: taking work again")
             else:
                 h.note.tick()
         return not self._on
+
+    def _say(self, line: str) -> None:
+        log.warning("%s: %s", self.who, line)
+        self.said.append(line)
+        self.n_said += 1
 
     def describe(self) -> str | None:
         """What holds the worker now, for pool-status."""

@@ -152,15 +152,17 @@ class Worker:
             log.info("%s: metrics on %s", self.name, self.metrics_url)
         await self.link.attempt(upkeep.beat, self)  # seen by pool-status at once, not one heartbeat later
         side = upkeep.tasks(self)
-        runs = self.runs
+        runs, told = self.runs, 0
         try:
             while not self.stop.event.is_set():
                 self._hold_for_torn_tails()
+                told = await self._tell_holds(told)
                 if self.holds and not await self.holds.clear():
                     if burst and not runs and await self._drained():
                         break
                     await _first(self.stop.event.wait(), asyncio.sleep(HOLD_PROBE_S))
                     continue
+                told = await self._tell_holds(told)
                 if self.backlog >= 2 * self.max_inflight:
                     self.more.clear()
                     await _first(self.more.wait(), self.stop.event.wait())
@@ -191,6 +193,13 @@ class Worker:
             log.error("%s: stopped: %s", self.name, self.fatal)
             return 4 if isinstance(self.fatal, RedisGone) else 3
         return 0
+
+    async def _tell_holds(self, told: int) -> int:
+        """Publish our presence at once when a hold began or ended since `told` lines: the launcher's console
+        says it (`presence.HoldNews`) without waiting for the next heartbeat. The lines said so far."""
+        if self.holds.n_said != told:
+            await self.link.attempt(upkeep.beat, self)
+        return self.holds.n_said
 
     async def _claim(self) -> leases.Lease | None:
         try:
