@@ -198,7 +198,7 @@ class Worker:
         """Publish our presence at once when a hold began or ended since `told` lines: the launcher's console
         says it (`presence.HoldNews`) without waiting for the next heartbeat. The lines said so far."""
         if self.holds.n_said != told:
-            await self.link.attempt(upkeep.beat, self)
+            await self.link.attempt(presence.publish, self.conn, upkeep.snapshot(self))
         return self.holds.n_said
 
     async def _claim(self) -> leases.Lease | None:
