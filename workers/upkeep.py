@@ -169,6 +169,8 @@ def snapshot(w: Tended) -> presence.WorkerSnapshot:
         outage_s=w.client.outage_s,
         server_up=w.client.up and "server" not in w.holds,
         held=w.holds.describe(),
+        hold_lines=list(w.holds.said),
+        hold_said=w.holds.n_said,
         last_error=w.last_error,
         metrics_url=w.metrics_url,
         engine=w.engine.view,

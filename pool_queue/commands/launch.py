@@ -17,6 +17,7 @@ servers instead of vLLM (the CPU demo, the Slurm test).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import queue
 import signal
@@ -54,6 +55,7 @@ from ..launch import (
     vllm_flags,
     vllm_release,
 )
+from ..presence import HoldNews
 from ..procs import Procs, StopRequest, free_port, port_taken, wait_health
 from ..progress import duration
 from ..protocol import Protocol
@@ -449,7 +451,11 @@ def _supervise(
         name = log_name("client", log_tag(srv, a.step, a.split), srv) + nth.replace("-", "_")
         return name, lambda: procs.start(name, wargv)
 
-    sup = Supervisor(burst, lambda msg: print(msg, file=sys.stderr, flush=True))
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    sup = Supervisor(burst, say)
+    holds = HoldNews(screen.conn, say)  # why a worker takes no work, said here as its log says it
     failed: list[str] = []
 
     def work_left(steps: list[int]) -> bool:
@@ -472,6 +478,8 @@ def _supervise(
                   f"logs in {s.logs_dir}", flush=True)  # fmt: skip
             if not ready.pending:
                 print("all servers healthy")
+        with contextlib.suppress(RedisError):  # Redis away: its workers wait for it, the next look says more
+            holds.look([p.pid for p in sup.running()])
         if not sup.step(work_left) and not ready.pending:
             break
         time.sleep(1)
