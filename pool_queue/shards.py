@@ -101,4 +101,10 @@ def _unpack(tar_dir: Path, frames_dir: Path, shards: list[Shard], marker: Path, 
             tmp.write_text(json.dumps(sorted(done)))
             tmp.replace(marker)
             advance((tar_dir / s.file).stat().st_size)
+    return video_folder_count(frames_dir)
+
+
+def video_folder_count(frames_dir: Path) -> int:
+    """The folders in the cache, as the manifest's `n_videos` counts them (links to folders included; a link
+    that loops or leads nowhere is no folder)."""
     return sum(1 for p in frames_dir.iterdir() if p.is_dir())

@@ -161,7 +161,7 @@ class StatusReader:
             ok=_count(ok),
             removed=_count(pc.and_(ok, pc.fill_null(w.column("removed"), False))),
             errors=w.num_rows - _count(ok),
-            no_frames=frameless(self.protocol, step, self.items.items, self.store, self.frames_dir),
+            no_frames=frameless(self.protocol, step, self.items.items, self.store, self.frames_dir).total,
             remaining=remaining,
             queued_jobs=q.queued_jobs if q else None,
             queued_items=queued if q else None,
