@@ -153,3 +153,12 @@ def test_a_launch_without_frames_is_refused_and_its_screen_is_not_complete(pool_
     assert "screened without them: --allow-missing-frames" in meant.stderr
     audit = run("pool-audit", "--complete", env=env)
     assert audit.returncode == 1 and "PROBLEM [frames] step 2: " in audit.stdout, audit.stdout
+
+
+def test_a_manifest_that_cannot_be_read_is_one_line_naming_it(pool_root, redis_url):
+    step1_screened(pool_root)
+    manifest = pool_root / "frames_tar" / "frames_manifest.json"
+    manifest.write_text('{"shards": "cut short"}')
+    line = one_line(run("pool-enqueue", "--step", "2", "--root", str(pool_root), "--redis-url", redis_url))
+    assert line.startswith(f"error: {manifest} is not a frames manifest (") and "download it again" in line, line
+    assert Redis.from_url(redis_url).dbsize() == 0
