@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--progress-every", type=float, default=5.0, metavar="S", help="output not on a terminal: a line this often"
     )
+    enqueue.add_allow_missing_frames(p)
     a = p.parse_args(argv)
     con = Console()
     interrupt_on_stop_signals()
@@ -117,7 +118,9 @@ def _demo(a: argparse.Namespace, con: Console) -> None:
     _pool(a, con)
     results = default_results(a.root)
     protocol = Protocol()
-    enqueue.check_frames(load_settings(root=a.root, results=results), protocol, sorted(protocol.steps))
+    meant = a.allow_missing_frames or None  # a root the demo did not make may lack frames
+    enqueue.check_frames(load_settings(root=a.root, results=results, allow_missing_frames=meant), protocol,
+                         sorted(protocol.steps))  # fmt: skip
     if a.fresh:
         _fresh(a.root, results, con)
     store = Store(results, protocol.fingerprint, protocol.model_dump(mode="json"))
