@@ -136,18 +136,22 @@ def frames_refusal(
     return f"{why}: {n} items of {videos} videos that are not `k:` would never be screened in {span}"
 
 
-def frameless_note(n: int, before: int, first: int, last: int) -> str:
+def frameless_note(bare: Frameless, before: int, first: int, last: int) -> str:
     """The line that accounts for `frameless` items, e.g. "343 survivors of step 1 have no frames: not
-    screened in steps 2-3 here", so that step 1's survivors and step 2's eligible items reconcile."""
+    screened in steps 2-3 here (300 of `k:` videos, ...; 43 of other videos, ...)", so that step 1's
+    survivors and step 2's eligible items reconcile, and a cache short of its folders shows apart from the
+    `k:` videos that have none by design."""
     steps = f"steps {first}-{last}" if last != first else f"step {first}"
-    return (f"{n:,} survivors of step {before} have no frames: not screened in {steps} here (`k:` videos are "
-            "not downloaded in this snapshot; others lack a folder in frames/pool_frames)")  # fmt: skip
+    kinds = [f"{bare.k:,} of `k:` videos, not downloaded in this snapshot"] if bare.k else []
+    kinds += [f"{bare.other:,} of other videos, whose folder is missing from frames/pool_frames"] if bare.other else []
+    why = "; ".join(kinds)
+    return f"{bare.total:,} survivors of step {before} have no frames: not screened in {steps} here ({why})"
 
 
 def frameless_notes(protocol: Protocol, items: pa.Table, store: Store, frames_dir: Path) -> list[str]:
     """`frameless_note` for each step with such items, in step order (the demo's summary, the report)."""
-    counts = {s: frameless(protocol, s, items, store, frames_dir).total for s in sorted(protocol.steps)}
-    return [frameless_note(n, protocol.prev_step(s) or 0, s, max(protocol.steps)) for s, n in counts.items() if n]
+    counts = {s: frameless(protocol, s, items, store, frames_dir) for s in sorted(protocol.steps)}
+    return [frameless_note(n, protocol.prev_step(s) or 0, s, max(protocol.steps)) for s, n in counts.items() if n.total]
 
 
 def reachable(protocol: Protocol, step: int, items: pa.Table, store: Store, frames_dir: Path) -> pa.Array:
