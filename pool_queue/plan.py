@@ -4,6 +4,7 @@ follow-up job use. All set operations are pyarrow column operations."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,13 +76,16 @@ def count_frameless(rows: pa.Table, frames_dir: Path) -> Frameless:
 def frameless(protocol: Protocol, step: int, items: pa.Table, store: Store, frames_dir: Path) -> Frameless:
     """Survivors of the step before `step` that the chain rule holds back only because their video has no
     frame folder (`k:` videos, not downloaded in this snapshot, and folders absent): never screened at
-    `step` or after it here. Zeros when `step` sends no frames or is the first."""
+    `step` or after it here (one settled there had its frames then). Zeros when `step` sends no frames or is
+    the first."""
     prev = protocol.prev_step(step)
     if prev is None or protocol.steps[step].frames == "none":
         return Frameless()
     cols = items.select(["item_id", "video_id"])
     rows = store.winners(prev).select(["item_id", "status", "removed"]).join(cols, "item_id", join_type="inner")
-    return count_frameless(rows.filter(pc.fill_null(_alive(rows), False)), frames_dir)
+    rows = rows.filter(pc.and_(pc.fill_null(_alive(rows), False),
+                               pc.invert(pc.is_in(rows.column("item_id"), value_set=store.settled(step)))))  # fmt: skip
+    return count_frameless(rows, frames_dir)
 
 
 def cache_shortfall(frames_dir: Path, tar_dir: Path | None) -> str | None:
@@ -102,32 +106,36 @@ def cache_shortfall(frames_dir: Path, tar_dir: Path | None) -> str | None:
     return None
 
 
-def open_items(protocol: Protocol, step: int, items: pa.Table, store: Store) -> pa.Table:
-    """Items (item_id, video_id) still on their way to `step`: no step before it settled them without
-    passing them on. Before any screen, every item; once the steps before are complete, `step`'s survivors."""
-    cols = items.select(["item_id", "video_id"])
+def _on_the_way(protocol: Protocol, step: int, items: pa.Table, store: Store) -> pa.Array:
+    """Items still on their way to `step` and not settled there: no step before it settled them without
+    passing them on. Before any screen, every item; once the steps before are complete, `step`'s survivors
+    it has still to screen."""
+    ids = items.column("item_id")
+    keep = pc.invert(pc.is_in(ids, value_set=store.settled(step)))
     before = protocol.prev_step(step)
     while before is not None:
         w = store.winners(before)
         out = pc.filter(w.column("item_id"), pc.invert(pc.fill_null(_alive(w), False)))
         out = pc.filter(out, pc.is_in(out, value_set=store.settled(before)))
-        cols = cols.filter(pc.invert(pc.is_in(cols.column("item_id"), value_set=out)))
+        keep = pc.and_(keep, pc.invert(pc.is_in(ids, value_set=out)))
         before = protocol.prev_step(before)
-    return cols
+    return keep
 
 
 def frames_refusal(
     protocol: Protocol, steps: list[int], items: pa.Table, store: Store, frames_dir: Path, tar_dir: Path
 ) -> str | None:
-    """Why `steps` must not be screened with the frame cache as it stands, or None: items still on
-    their way to the first of them that sends frames whose video is not `k:` and has no folder, while the
-    cache is absent, empty or short of its manifest (`cache_shortfall`). A video without frames leaves the
-    chain at that step, so the screen would read complete with those items never screened."""
+    """Why `steps` must not be screened with the frame cache as it stands, or None: items that a step of them
+    sending frames has still to screen whose video is not `k:` and has no folder, while the cache is absent,
+    empty or short of its manifest (`cache_shortfall`). A video without frames leaves the chain at that step,
+    so the screen would read complete with those items never screened."""
     framed = [s for s in steps if protocol.steps[s].frames != "none"]
     if not framed:
         return None
+    cols = items.select(["item_id", "video_id"])
+    need = functools.reduce(pc.or_, [_on_the_way(protocol, s, cols, store) for s in framed])
+    bare = count_frameless(cols.filter(need), frames_dir)
     first = min(framed)
-    bare = count_frameless(open_items(protocol, first, items, store), frames_dir)
     if not bare.other or (why := cache_shortfall(frames_dir, tar_dir)) is None:
         return None
     last = max(protocol.steps)

@@ -113,15 +113,23 @@ def test_videos_of_k_ids_alone_need_no_frames(tmp_path, redis_url):
     assert f"{len(survivors)} survivors of step 1 have no frames: not screened in steps 2-3 here" in status.stdout
 
 
-def test_audit_complete_fails_on_a_screen_that_skipped_videos_that_are_not_k(pool_root, small_root, tmp_path):
+def test_audit_complete_fails_on_a_screen_that_skipped_videos_that_are_not_k(
+    pool_root, small_root, tmp_path, redis_url
+):
     survivors = step1_screened(pool_root)
     flags = ("--root", str(pool_root))
     # a normal screen: step 2 for every survivor with frames (all removed), so step 3 has nothing to do
     framed = pool_root / "frames" / "pool_frames"
     write(pool_root, 2, [row(it, 2, removed=True) for it in survivors if (framed / it["video_id"]).is_dir()])
-    assert not_k_without_frames(pool_root, survivors)  # missing per the manifest: no finding
+    never = not_k_without_frames(pool_root, survivors)
+    assert never  # missing per the manifest: no finding
     normal = run("pool-audit", "--complete", *flags)
     assert normal.returncode == 0 and "OK, 0 warning(s)" in normal.stdout, normal.stdout
+    # the cache deleted once step 2 is done: what step 2 screened needs it no more, only what it never could
+    shutil.rmtree(framed)
+    line = one_line(run("pool-enqueue", "--step", "all", "--redis-url", redis_url, *flags))
+    videos = len({it["video_id"] for it in never})
+    assert f"does not exist: {len(never)} items of {videos} videos that are not `k:`" in line, line
 
     # a screen whose frame cache was gone from the start: steps 2-3 had nothing eligible and "completed"
     gone = tmp_path / "gone"
