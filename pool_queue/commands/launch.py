@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.plan_only:
         enqueue.run_steps(url_from_file(s)[0], protocol, steps, plan_only=True, label=a.step is None)
         return
+    enqueue.check_frames(s, protocol, list(protocol.model_group(a.step)) if a.step else steps)  # what it serves
     found = devices(s.ngpu, a.sim)
     if not found:
         fail("no GPU visible (CUDA_VISIBLE_DEVICES / nvidia-smi); NGPU=N or --sim for simulated servers")
@@ -136,7 +137,6 @@ def main(argv: list[str] | None = None) -> None:
     shares = None if a.step or a.split else coserve(protocol, gib, s.gpu_util)
     phases = plan_phases(s, protocol, a.step, a.split, found, shares)
     sizes = [_sizes(s, protocol, servers, gib) for servers in phases]  # a GPU too small: refused before any start
-    enqueue.check_frames(s, protocol, sorted({step for servers in phases for v in servers for step in v.steps}))
     hold("pool-launch", s.root, f"PORT0 {s.port0}")  # a second launcher here would fight for the same ports
     stop = StopRequest().install()  # Ctrl-C, SIGTERM, SIGHUP: a drain instead of killing the launcher
     with Procs(s.logs_dir) as own:  # an embedded Redis (--sim) lives as long as the launch
