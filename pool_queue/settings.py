@@ -43,6 +43,11 @@ class Settings(BaseSettings):
     )
     hf_token: SecretStr | None = Field(default=None, validation_alias=AliasChoices("HF_TOKEN", "POOL_HF_TOKEN"))
     protocol_file: Path | None = Field(default=None, description="protocol JSON replacing the built-in v1")
+    allow_missing_frames: bool = Field(
+        default=False,
+        description="steps with frames run (and pool-audit --complete passes) although videos that are not `k:` "
+        "have no frame folder in a cache that is absent, empty or short of its manifest: they are meant to be missing",
+    )
 
     # The run package's launcher knobs, with its defaults.
     ngpu: int | None = Field(default=None, validation_alias=AliasChoices("NGPU", "POOL_NGPU"), ge=0)
@@ -155,6 +160,11 @@ class Settings(BaseSettings):
     @property
     def frames_dir(self) -> Path:
         return self.root / "frames" / "pool_frames"
+
+    @property
+    def frames_tar_dir(self) -> Path:
+        """The frame shards and their manifest (`frames_manifest.json`), as the run package downloads them."""
+        return self.root / "frames_tar"
 
     @property
     def results_dir(self) -> Path:

@@ -37,6 +37,7 @@ class StepStatus(BaseModel):
     removed: int
     errors: int  # items whose winning row is an error
     no_frames: int = 0  # survivors of the step before whose video has no frames: never screened here (plan.frameless)
+    no_frames_other: int = 0  # of those, of videos that are not `k:`: their folder belongs in the cache
     remaining: int  # the run package's REMAINING_TOTAL: eligible - done, plus what may still become eligible
     queued_jobs: int | None  # None: Redis unreachable
     queued_items: int | None  # eligible items still to do whose job waits (disjoint from done and running)
@@ -164,6 +165,7 @@ class StatusReader:
         upper = len(reachable(self.protocol, step, self.items.items, self.store, self.frames_dir)) if open_before else 0
         remaining = max(upper, len(elig)) - done
         moving = rates[1] > 0 and remaining and workers != 0
+        bare = frameless(self.protocol, step, self.items.items, self.store, self.frames_dir)
         return StepStatus(
             step=step,
             eligible=len(elig),
@@ -171,7 +173,8 @@ class StatusReader:
             ok=_count(ok),
             removed=_count(pc.and_(ok, pc.fill_null(w.column("removed"), False))),
             errors=w.num_rows - _count(ok),
-            no_frames=frameless(self.protocol, step, self.items.items, self.store, self.frames_dir),
+            no_frames=bare.total,
+            no_frames_other=bare.other,
             remaining=remaining,
             queued_jobs=q.queued_jobs if q else None,
             queued_items=queued if q else None,

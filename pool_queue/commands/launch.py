@@ -11,7 +11,9 @@ Logs: logs/vllm_s<STEP>_gpu<i>.log and logs/client_s<STEP>_gpu<i>.log (STEP: the
 a phase's steps such as 1-2). `--burst` returns when the queues are empty (the run package's
 run_remote.sh); otherwise it runs until SIGTERM, SIGHUP or Ctrl-C (the last phase). Any of those, at
 any time, lets the workers finish their jobs before stopping the servers. `--sim` starts simulated
-servers instead of vLLM (the CPU demo, the Slurm test).
+servers instead of vLLM (the CPU demo, the Slurm test). A launch that serves steps 2-3 while videos that are
+not `k:` have no folder in a frame cache that is absent, empty or short of its manifest is refused before
+anything starts, as pool-enqueue refuses it, unless --allow-missing-frames (POOL_ALLOW_MISSING_FRAMES=1).
 """
 
 from __future__ import annotations
@@ -122,14 +124,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sim-gpu-gib", type=float, help="with --sim: the simulated GPU's memory (default: unknown)")
     p.add_argument("--sim-warmup-s", type=float, default=0.0, help="with --sim: each server's start-up (/health 503)")
     p.add_argument("--health-timeout", type=float, default=1200.0, help="seconds to wait for every server")
+    enqueue.add_allow_missing_frames(p)
     a = p.parse_args(argv)
-    s = settings(a)
+    s = settings(a, allow_missing_frames=a.allow_missing_frames or None)
     protocol = load_protocol(s)
     _check_args(a, protocol)
     steps = [a.step] if a.step else sorted(protocol.steps)  # a split or the whole screen: every step
     if a.plan_only:
         enqueue.run_steps(url_from_file(s)[0], protocol, steps, plan_only=True, label=a.step is None)
         return
+    enqueue.check_frames(s, protocol, list(protocol.model_group(a.step)) if a.step else steps)  # what it serves
     found = devices(s.ngpu, a.sim)
     if not found:
         fail("no GPU visible (CUDA_VISIBLE_DEVICES / nvidia-smi); NGPU=N or --sim for simulated servers")
@@ -175,7 +179,8 @@ def _launch(
     for i, (servers, sized) in enumerate(zip(phases, sizes, strict=True)):
         last = i == len(phases) - 1
         with Procs(s.logs_dir) as procs:
-            screen, remaining = enqueue.run_steps(s, protocol, steps, plan_only=False, label=a.step is None)
+            screen, remaining = enqueue.run_steps(s, protocol, steps, plan_only=False, label=a.step is None,
+                                                  frames_checked=True)  # fmt: skip
             assert screen is not None  # run_steps stamped the results root
             burst = a.burst or not last  # a phase that hands over to the next ends when its queues are empty
             if burst:  # else it serves until a signal, for work that may still come

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from ..cli import load_protocol, parser, reports_errors, settings
 from ..items import load_items
-from ..plan import frameless_note
+from ..plan import Frameless, frameless_note
 from ..prefix_cache import Engine
 from ..progress import duration
 from ..status import RunStatus, StatusReader, StepStatus
@@ -127,7 +127,8 @@ def engine_cells(e: Engine) -> tuple[str, str, str, str, str]:
 def frameless_lines(st: RunStatus) -> list[str]:
     """Why a step's eligible items fall short of the survivors of the step before: those without frames."""
     last = st.steps[-1].step if st.steps else 0
-    return [frameless_note(s.no_frames, p.step, s.step, last) for p, s in itertools.pairwise(st.steps) if s.no_frames]
+    return [frameless_note(Frameless(s.no_frames - s.no_frames_other, s.no_frames_other), p.step, s.step, last)
+            for p, s in itertools.pairwise(st.steps) if s.no_frames]  # fmt: skip
 
 
 def plain_lines(st: RunStatus) -> str:
