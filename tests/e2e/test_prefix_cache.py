@@ -151,7 +151,7 @@ def test_pool_status_shows_what_the_servers_metrics_say_about_its_engine(procs, 
     else:
         raise AssertionError(f"no saturated engine view in pool-status: {seen}\n{stack.log('w3')}")
     assert [(v["server"], v["steps"]) for v in seen] == [(url, [3])]
-    assert e["running"] + e["waiting"] <= 16  # what the worker keeps in flight
+    assert e["running"] <= 4  # the server's batch; its waiting ones are what the worker's bound lets in by cost
     assert 0 < e["kv_cache_usage"] <= 1 and 0 <= e["processor_cache_hit_rate"] <= 1
     assert 300 < e["tokens_per_step"] < 32 * 196 + 400  # a sibling's text up to a whole square-framed prompt
     page = httpx.get(f"{url}/metrics").text
