@@ -12,7 +12,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from ..cli import load_protocol, parser, reports_errors, settings
+from ..cli import load_protocol, number, parser, reports_errors, settings
 from ..items import load_items
 from ..produce import Produced, produce, rescue_abandoned
 from ..protocol import Protocol
@@ -26,8 +26,8 @@ def main(argv: list[str] | None = None) -> None:
     p = parser("pool-enqueue", __doc__ or "")
     p.add_argument("--step", required=True, help="a step (1, 2, 3), or all (in order: the recovery)")
     p.add_argument("--plan-only", action="store_true", help="print the plan and REMAINING_TOTAL; enqueue nothing")
-    p.add_argument("--chunk-size", type=int, help="items per job (default 64; POOL_CHUNK_SIZE)")
-    p.add_argument("--limit", type=int, help="enqueue at most this many items")
+    p.add_argument("--chunk-size", type=number(int, 1), help="items per job (default 64; POOL_CHUNK_SIZE)")
+    p.add_argument("--limit", type=number(int, 1), help="enqueue at most this many items")
     p.add_argument("--retry-failed", action="store_true", help="run the items of failed jobs again")
     a = p.parse_args(argv)
     s = settings(a, chunk_size=a.chunk_size)
@@ -51,7 +51,7 @@ def run_steps(
     printing the plan and `[STEP=N ]REMAINING_TOTAL=<n>`. Returns the screen (None while unstamped) and each
     step's REMAINING_TOTAL."""
     con = Console(stderr=True)
-    store = Store(s.results_dir, protocol.fingerprint, protocol.model_dump(mode="json"))
+    store = Store(s.results_dir, protocol.fingerprint, protocol.model_dump(mode="json"), s.results_named())
     store.check_stamp()
     items = load_items(s.items_dir)
     if not plan_only:

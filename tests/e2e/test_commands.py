@@ -406,11 +406,11 @@ def test_rq_info_reaches_the_pools_redis_as_the_pool_commands_do(procs, tmp_path
     (tmp_path / ".env").write_text("REDIS_URL=127.0.0.1:6391\n")
     out = subprocess.run(rq, env=clean, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and out.stderr.strip().splitlines() == [
-        "error: setting REDIS_URL: '127.0.0.1:6391' is not a Redis URL: write redis://HOST:PORT/DB "
-        "(password in REDIS_PASSWORD)"
+        f"error: setting REDIS_URL from {tmp_path / '.env'}: '127.0.0.1:6391' is not a Redis URL: write "
+        "redis://HOST:PORT/DB (password in REDIS_PASSWORD)"
     ], out.stderr
     gone = f"redis://127.0.0.1:{free_port()}/0"  # a .env a stopped demo left: its Redis went with it
     (tmp_path / ".env").write_text(f"REDIS_URL={gone}\n")
     out = subprocess.run(rq, env=clean, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     (line,) = out.stderr.strip().splitlines()
-    assert out.returncode == 2 and gone in line and f"REDIS_URL in {tmp_path / '.env'}" in line, out.stderr
+    assert out.returncode == 2 and gone in line and f"REDIS_URL from {tmp_path / '.env'}" in line, out.stderr
