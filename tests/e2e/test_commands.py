@@ -97,6 +97,8 @@ def test_demo_runs_the_whole_screen(tmp_path, monkeypatch):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "demo screen of 150 items" in out.stdout and "REMAINING_TOTAL=150" in out.stdout
     assert "demo Redis: redis://127.0.0.1:" in out.stdout and "rq info -u redis://127.0.0.1:" in out.stdout
+    env_file = tmp_path.resolve() / ".env"
+    assert f"wrote {env_file}, outside the demo root demo: bare pool-* commands in this folder reach" in out.stdout
     bare = "survivors of step 1 have no frames: not screened in steps 2-3 here"  # 150 items, some of k: videos
     made = (tmp_path / "demo" / "results" / "report" / "report.md").read_text()  # before pool-report below
     assert bare in " ".join(out.stdout.split("demo screen of", 1)[1].split()) and bare in made
@@ -125,6 +127,11 @@ def test_demo_runs_the_whole_screen(tmp_path, monkeypatch):
     status = run("pool-status")
     assert status.returncode == 0, status.stderr
     assert "STEP=1 REMAINING_TOTAL=0" in status.stdout and "Redis unreachable" in status.stdout
+    # a launch here would wait for the demo's Redis: it says at once where the URL came from, and waits not
+    launch = subprocess.run([str(bindir / "pool-launch"), "--sim", "--burst"], capture_output=True, text=True,
+                            timeout=120, cwd=tmp_path, env={**env, "PORT0": str(free_port())})  # fmt: skip
+    gone = f"(REDIS_URL from {env_file}, written by pool-demo for a demo that is not running) unreachable"
+    assert launch.returncode == 2 and gone in launch.stderr and launch.stderr.count("\n") == 1, launch.stderr
     export = run("pool-export", "--out", "export")
     assert export.returncode == 0, export.stderr
     lines = (tmp_path / "export" / "results" / "pool" / "step1" / "step1.jsonl").read_text().splitlines()

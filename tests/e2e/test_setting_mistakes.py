@@ -198,3 +198,16 @@ def test_a_jsonl_line_cut_in_the_middle_is_named_with_its_file_and_line(pool_roo
     assert out.returncode == 0, out.stderr
     rows = (tmp_path / "rejected.csv").read_text().splitlines()
     assert f'"cut","{late.name}",2,"line cut in the middle: it ends inside its item' in "\n".join(rows), rows
+
+
+def test_pool_demo_on_a_root_that_does_not_load_starts_nothing_and_leaves_the_env_file(tmp_path):
+    """The `.env` of the folder (an older demo's) is rewritten only once the new root is whole: a root whose
+    items do not load is one line, and nothing was started, stamped or rewritten."""
+    root = tmp_path / "broken"
+    (root / "items").mkdir(parents=True)
+    (root / "items" / "x.jsonl").write_text('{"question": "q?"}\n')
+    env = f"{DEMO_ENV_MARK}POOL_ROOT={tmp_path / 'older'}\nREDIS_URL=redis://127.0.0.1:9/0\n"
+    (tmp_path / ".env").write_text(env)
+    line = one_line(run("pool-demo", "--root", "broken", cwd=tmp_path))
+    assert "missing column" in line and "x.jsonl" in line, line
+    assert (tmp_path / ".env").read_text() == env and sorted(os.listdir(root)) == ["items"]
