@@ -16,7 +16,7 @@ from typing import NoReturn, ParamSpec, TypeVar
 import redis
 from pydantic import ValidationError
 
-from .errors import PoolError, SetupError
+from .errors import PoolError, SetupError, folder_trouble
 from .protocol import Protocol
 from .settings import Settings, load_settings, source
 
@@ -79,14 +79,12 @@ def fail(msg: str, code: int = 2) -> NoReturn:
 def output_dir(path: Path, flag: str = "--out") -> Path:
     """A folder a command may write into, made if absent; else one line naming it (SetupError, exit 2):
     a file where the folder should be, a path that cannot be made, a folder that takes no file."""
-    if path.exists() and not path.is_dir():
-        raise SetupError(f"{flag} {path}: a file is there, not a folder; choose another {flag}")
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
             pass
     except OSError as e:
-        raise SetupError(f"{flag} {path}: cannot write there ({e.strerror or e})") from None
+        raise SetupError(f"{flag} {path} {folder_trouble(path, e)}; choose another {flag}") from None
     return path
 
 

@@ -10,6 +10,7 @@ time: per (step, item_id) an ok row beats an error row, and among equals the ear
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import socket
@@ -40,10 +41,18 @@ class StoreError(InputError, RuntimeError):
 
 class Store:
     def __init__(
-        self, root: Path, fingerprint: str, protocol: dict[str, Any] | None = None, named: str = "--results"
+        self,
+        root: Path,
+        fingerprint: str,
+        protocol: dict[str, Any] | None = None,
+        named: str = "--results or POOL_RESULTS",
     ) -> None:
+        """`named`: the setting that chose the root, as an error names it (Settings.results_named). A file in the
+        root's place is refused here, by every command: one that only reads would see an empty screen."""
         self.root = root
-        self.named = named  # the setting that chose the root, as an error names it (Settings.results_named)
+        self.named = named
+        if root.exists() and not root.is_dir():
+            raise self._unusable(OSError(errno.EEXIST, "File exists"))
         self.fingerprint = fingerprint
         self._protocol = protocol
         self._index = SegmentIndex()
@@ -57,11 +66,12 @@ class Store:
         try:
             self._stamp()
         except OSError as e:
-            raise StoreError(
-                f"results folder {self.root} ({self.named}) {folder_trouble(self.root, e)}: fix that, or choose "
-                "another results folder (--results DIR or POOL_RESULTS)"
-            ) from None
+            raise self._unusable(e) from None
         self.check_stamp()
+
+    def _unusable(self, e: OSError) -> StoreError:
+        return StoreError(f"results folder {self.root} ({self.named}) {folder_trouble(self.root, e)}: fix that, or "
+                          "choose another results folder (--results DIR or POOL_RESULTS)")  # fmt: skip
 
     def _stamp(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)

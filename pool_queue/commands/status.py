@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     s = settings(a)
     protocol = load_protocol(s)
-    store = Store(s.results_dir, protocol.fingerprint)
+    store = Store(s.results_dir, protocol.fingerprint, named=s.results_named())
     store.check_stamp()
     items = load_items(s.items_dir)
     conn = s.redis()

@@ -166,7 +166,10 @@ def test_a_results_folder_that_cannot_be_used_is_named_with_its_setting_and_why(
     (tmp_path / ".env").write_text(f"POOL_ROOT={pool_root}\nPOOL_RESULTS={a_file}\n")
     line = one_line(run(plan[0], *plan[3:], cwd=tmp_path))
     assert f"results folder {a_file} (POOL_RESULTS from {tmp_path / '.env'}) is a file, not a folder" in line, line
-    assert a_file.read_text() == "x"
+    for cmd in ("pool-status", "pool-report", "pool-audit"):  # the commands that only read: not an empty screen
+        line = one_line(run(cmd, "--root", str(pool_root), "--results", str(a_file), cwd=tmp_path))
+        assert f"results folder {a_file} (--results) is a file, not a folder" in line, (cmd, line)
+    assert a_file.read_text() == "x" and not (tmp_path / "report").exists()
 
 
 @pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed (.ci/run installs it)")
