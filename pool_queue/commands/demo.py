@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument(
         "--progress-every",
-        type=number(float, 0.0, above=True),
+        type=number(float, 0.0),  # 0: a line at every look (each second)
         default=5.0,
         metavar="S",
         help="output not on a terminal: a line this often",

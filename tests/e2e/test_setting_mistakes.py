@@ -52,7 +52,7 @@ OUT_OF_RANGE = [
     ("pool-demo", "--videos", "0"),
     ("pool-demo", "--speed", "0"),
     ("pool-demo", "--speed", "-3"),
-    ("pool-demo", "--progress-every", "0"),
+    ("pool-demo", "--progress-every", "-1"),
     ("pool-synth", "pool", "--items", "0"),
     ("pool-synth", "pool", "--videos", "-1"),
     ("pool-synth", "pool", "--min-frames", "0"),
