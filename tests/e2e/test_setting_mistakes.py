@@ -214,3 +214,12 @@ def test_pool_demo_on_a_root_that_does_not_load_starts_nothing_and_leaves_the_en
     line = one_line(run("pool-demo", "--root", "broken", cwd=tmp_path))
     assert "missing column" in line and "x.jsonl" in line, line
     assert (tmp_path / ".env").read_text() == env and sorted(os.listdir(root)) == ["items"]
+
+
+def test_a_root_that_cannot_be_made_is_named_with_the_cause(tmp_path):
+    """pool-synth and pool-demo: a file where a folder of the new root should be is said in words."""
+    (tmp_path / "afile").write_text("x")
+    for argv in (("pool-synth", "afile/new", "--items", "10", "--videos", "3"), ("pool-demo", "--root", "afile/new")):
+        line = one_line(run(*argv, cwd=tmp_path))
+        assert line == "error: root afile/new cannot be made: afile is a file, not a folder: choose another root", line
+    assert sorted(os.listdir(tmp_path)) == ["afile"]
