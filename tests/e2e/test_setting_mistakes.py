@@ -223,3 +223,16 @@ def test_a_root_that_cannot_be_made_is_named_with_the_cause(tmp_path):
         line = one_line(run(*argv, cwd=tmp_path))
         assert line == "error: root afile/new cannot be made: afile is a file, not a folder: choose another root", line
     assert sorted(os.listdir(tmp_path)) == ["afile"]
+
+
+def test_a_cut_frames_manifest_is_one_line_and_a_damaged_extraction_record_unpacks_again(pool_root, tmp_path):
+    manifest = pool_root / "frames_tar" / "frames_manifest.json"
+    whole = manifest.read_text()
+    manifest.write_text(whole[: len(whole) // 2])
+    line = one_line(run("pool-frames", "--root", str(pool_root), "--verify-only", cwd=tmp_path))
+    assert line.startswith(f"error: {manifest}: not valid JSON (") and "pool-fetch --frames" in line, line
+    manifest.write_text(whole)
+    record = pool_root / "frames" / ".pool_frames.extracted.json"
+    record.write_text('["0123')  # a crash mid-write of the record: the shards are unpacked again
+    out = run("pool-frames", "--root", str(pool_root), cwd=tmp_path)
+    assert out.returncode == 0 and "extracted" in out.stdout, out.stderr[-2000:]
