@@ -9,10 +9,12 @@ REMAINING_TOTAL=<n>. The work is `pool_queue.produce`; this prints it.
 
 from __future__ import annotations
 
+import redis
 from rich.console import Console
 from rich.table import Table
 
 from ..cli import load_protocol, number, parser, reports_errors, settings
+from ..errors import SetupError
 from ..items import load_items
 from ..produce import Produced, produce, rescue_abandoned
 from ..protocol import Protocol
@@ -55,6 +57,7 @@ def run_steps(
     store.check_stamp()
     items = load_items(s.items_dir)
     if not plan_only:
+        _reach_redis(s)  # before the stamp is written: a Redis that is not there is named, with where its URL came from
         store.claim()  # the stamp's token names the screen in Redis
     if items.rejected.num_rows:
         con.print(f"[yellow]{items.rejected.num_rows} invalid items are not screened (see `pool-items`)[/]")
@@ -69,6 +72,17 @@ def run_steps(
         print(f"STEP={step} REMAINING_TOTAL={done.remaining}" if label else f"REMAINING_TOTAL={done.remaining}")
         remaining[step] = done.remaining
     return screen, remaining
+
+
+def _reach_redis(s: Settings) -> None:
+    """One PING: a Redis that does not answer is one line (SetupError) naming it and, where a `.env` gave its
+    URL, that file (a stopped demo's Redis: what to do about it)."""
+    try:
+        s.redis().ping()
+    except (redis.AuthenticationError, redis.OutOfMemoryError):  # named by cli.reports_errors
+        raise
+    except redis.RedisError as e:
+        raise SetupError(s.demo_gone() or f"cannot reach Redis at {s.redis_said()}: {e}") from None
 
 
 def show(con: Console, done: Produced, queue: str) -> None:

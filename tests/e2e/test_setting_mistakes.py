@@ -122,9 +122,10 @@ def test_the_redis_of_a_stopped_demo_is_named_with_its_env_file_and_not_waited_f
     for argv in (("pool-launch", "--sim", "--burst"), ("pool-worker", "--burst", "--server", "http://127.0.0.1:9")):
         line = one_line(run(*argv, cwd=tmp_path, env={"PORT0": str(free_port())}))
         assert line.startswith(f"error: {said} unreachable") and f"delete {env_file}" in line, (argv, line)
-    line = one_line(run("rq", "info", "-c", "pool_queue.rq_config", cwd=tmp_path))
-    assert line.startswith(f"error: {said} unreachable"), line
-    assert not (pool_root / "results" / "pool" / "PROTOCOL.json").exists()
+    for argv in (("rq", "info", "-c", "pool_queue.rq_config"), ("pool-enqueue", "--step", "1")):
+        line = one_line(run(*argv, cwd=tmp_path))
+        assert line.startswith(f"error: {said} unreachable"), (argv, line)
+    assert not (pool_root / "results" / "pool" / "PROTOCOL.json").exists()  # nothing stamped
     with demo_running(pool_root):
         out = run(
             "pool-launch", "--sim", "--burst", cwd=tmp_path, env={"POOL_WAIT_REDIS_S": "0", "PORT0": str(free_port())}
@@ -147,18 +148,10 @@ def test_a_redis_url_from_an_env_file_is_named_with_it_in_the_wait(pool_root, tm
     assert out.returncode == 2 and lines[0].startswith(said) and lines[-1].startswith(f"error: {said}"), out.stderr
 
 
-def test_a_results_folder_that_cannot_be_used_is_named_with_its_setting_and_why(pool_root, tmp_path):
+def test_a_results_folder_that_cannot_be_used_is_named_with_its_setting_and_why(pool_root, tmp_path, redis_url):
     a_file = tmp_path / "afile"
     a_file.write_text("x")
-    plan = (
-        "pool-enqueue",
-        "--root",
-        str(pool_root),
-        "--step",
-        "1",
-        "--redis-url",
-        f"redis://127.0.0.1:{free_port()}/0",
-    )
+    plan = ("pool-enqueue", "--root", str(pool_root), "--step", "1", "--redis-url", redis_url)
     line = one_line(run(*plan, "--results", str(a_file), cwd=tmp_path))
     assert line.startswith(f"error: results folder {a_file} (--results) is a file, not a folder: "), line
     line = one_line(run(*plan, "--results", str(a_file / "below"), cwd=tmp_path))
@@ -173,11 +166,11 @@ def test_a_results_folder_that_cannot_be_used_is_named_with_its_setting_and_why(
 
 
 @pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed (.ci/run installs it)")
-def test_a_results_folder_on_a_read_only_disk_says_so(pool_root, tmp_path):
+def test_a_results_folder_on_a_read_only_disk_says_so(pool_root, tmp_path, redis_url):
     """A read-only file system, without root: strace has the kernel refuse the folder's mkdir with EROFS."""
     results = tmp_path / "results"
     argv = [str(BIN / "pool-enqueue"), "--root", str(pool_root), "--results", str(results), "--step", "1",
-            "--redis-url", f"redis://127.0.0.1:{free_port()}/0"]  # fmt: skip
+            "--redis-url", redis_url]  # fmt: skip
     strace = ["strace", "-f", "-qq", "-o", os.devnull, "-P", str(results), "-e", "trace=mkdir,mkdirat",
               "-e", "inject=mkdir,mkdirat:error=EROFS"]  # fmt: skip
     out = subprocess.run([*strace, *argv], capture_output=True, text=True, timeout=120)
