@@ -5,27 +5,52 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
+import math
 import shutil
 import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn, ParamSpec
+from typing import NoReturn, ParamSpec, TypeVar
 
 import redis
-from dotenv import dotenv_values
 from pydantic import ValidationError
 
-from .errors import PoolError, SetupError
+from .errors import PoolError, SetupError, folder_trouble
 from .protocol import Protocol
-from .settings import Settings, env_file, load_settings
+from .settings import Settings, load_settings, source
 
 P = ParamSpec("P")
+N = TypeVar("N", int, float)
+
+
+class Parser(argparse.ArgumentParser):
+    """Every command's parser: a flag it cannot take is one line and exit 2, as every other mistake is
+    (argparse's usage block would bury it), before anything is read or written."""
+
+    def error(self, message: str) -> NoReturn:
+        fail(f"{self.prog}: {message} ({self.prog} --help lists the options)")
+
+
+def number(kind: Callable[[str], N], low: N, *, above: bool = False, high: N | None = None) -> Callable[[str], N]:
+    """An argparse `type=` for a finite number in range: at least `low` (above it with `above`), at most `high`.
+    A size of 0 or a speed of -3 is refused by the parser, naming the flag, before the command creates anything."""
+    bound = (f"above {low:g}" if above else f"{low:g} or more") + (f" and at most {high:g}" if high is not None else "")
+
+    def parse(text: str) -> N:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole ' if kind is int else ''}number") from None
+        if not math.isfinite(value) or value < low or (above and value == low) or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"{text}: must be {bound}")
+        return value
+
+    return parse
 
 
 def parser(prog: str, description: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=description)
+    p = Parser(prog=prog, description=description)
     p.add_argument("--root", type=Path, help="package root (items/, frames/, results/, logs/); env POOL_ROOT")
     p.add_argument("--results", type=Path, help="results root; default <root>/results/pool; env POOL_RESULTS")
     p.add_argument("--redis-url", help="Redis URL; env REDIS_URL (password: REDIS_PASSWORD)")
@@ -41,24 +66,9 @@ def settings(args: argparse.Namespace, **extra: object) -> Settings:
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(x) for x in first["loc"])
-        fail(f"setting {_as_given(where, {k for k, v in {**flags, **extra}.items() if v is not None})}: "
-             f"{first['msg'].removeprefix('Value error, ')}")  # fmt: skip
-
-
-def _as_given(loc: str, flags: set[str]) -> str:
-    """A bad setting by the name its user gave it: the flag, else the variable set in the environment, else
-    the one in the env file (REDIS_URL rather than its alias POOL_REDIS_URL), else the field's first name."""
-    for name, field in Settings.model_fields.items():
-        choices = getattr(field.validation_alias, "choices", None) or [f"POOL_{name.upper()}"]
-        if loc != name and loc not in choices:
-            continue
-        if name in flags:
-            return "--" + name.replace("_", "-")
-        path = env_file()
-        in_file = dotenv_values(path) if path and os.path.isfile(path) else {}
-        names = [c for c in choices if isinstance(c, str)]
-        return next((c for c in names if c in os.environ), next((c for c in names if c in in_file), loc))
-    return loc or "settings"
+        src = source(where, {**flags, **extra})  # named as given: the flag, the variable, and its .env file
+        named = (f"{src.name} from {src.file}" if src.file else src.name) if src else where or "settings"
+        fail(f"setting {named}: {first['msg'].removeprefix('Value error, ')}")
 
 
 def fail(msg: str, code: int = 2) -> NoReturn:
@@ -69,14 +79,12 @@ def fail(msg: str, code: int = 2) -> NoReturn:
 def output_dir(path: Path, flag: str = "--out") -> Path:
     """A folder a command may write into, made if absent; else one line naming it (SetupError, exit 2):
     a file where the folder should be, a path that cannot be made, a folder that takes no file."""
-    if path.exists() and not path.is_dir():
-        raise SetupError(f"{flag} {path}: a file is there, not a folder; choose another {flag}")
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
             pass
     except OSError as e:
-        raise SetupError(f"{flag} {path}: cannot write there ({e.strerror or e})") from None
+        raise SetupError(f"{flag} {path} {folder_trouble(path, e)}; choose another {flag}") from None
     return path
 
 

@@ -7,6 +7,8 @@ that item's error row: it never reaches a command.
 
 from __future__ import annotations
 
+import errno
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # rows pulls in pyarrow: every command imports this module, the simulator too
@@ -29,3 +31,19 @@ class ItemFailure(Exception):
     """One item's forward failed for good; `kind` goes into its error row (rows.ErrorKind)."""
 
     kind: ErrorKind = "permanent"
+
+
+def folder_trouble(folder: Path, e: OSError) -> str:
+    """Why `folder` cannot be made or take a file, in words a user can act on, instead of the OS's message
+    about whichever file the attempt touched (".PROTOCOL.json.host.123.456: Read-only file system")."""
+    if e.errno in (errno.EEXIST, errno.ENOTDIR):  # the folder, or a folder above it, is a file
+        blocker = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), folder)
+        return "is a file, not a folder" if blocker == folder else f"cannot be made: {blocker} is a file, not a folder"
+    words = {
+        errno.EROFS: "is on a read-only file system",
+        errno.EACCES: "may not be written by this user (permission denied)",
+        errno.EPERM: "may not be written by this user (operation not permitted)",
+        errno.ENOSPC: "is on a full disk",
+        errno.EDQUOT: "is on a disk whose quota is used up",
+    }
+    return words.get(e.errno or 0, f"cannot be written ({e.strerror or e})")

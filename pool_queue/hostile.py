@@ -152,7 +152,7 @@ def add_hostile(root: Path, seed: int = 0) -> list[Kind]:
     w.line("options-nested", bad, "options is not a list of strings", options=[["a"], ["b"]])
     w.line("options-null", bad, "options is not a list of strings", options=None)
     w.line("options-bad-json", bad, "options is not a list of strings", options="[not json")
-    w.line("line-cut", bad, "not valid JSON", raw='{"item_id": "hx-line-cut", "benchmark": ')
+    w.line("line-cut", bad, "line cut in the middle", raw='{"item_id": "hx-line-cut", "benchmark": ')
     w.line("line-array", bad, "not a JSON object", raw="[1, 2, 3]")
     two, pair = "2 JSON values on one line", [json.dumps(w.item(f"hx-two-on-a-line-{k}")) for k in (1, 2)]
     w.line("two-on-a-line-1", bad, two, raw=" ".join(pair), item_id="hx-two-on-a-line-1")
@@ -249,7 +249,7 @@ def _names_and_exports(w: _Writer, root: Path, good: dict[str | bytes, bytes]) -
     w.line("id-zero-width", "ok", item_id="hx-zw\u200b")
     w.line("benchmark-pipe-newline", "ok", benchmark="Odd|Bench\nName")
     (items / "hostile_only_bad_line.jsonl").write_text('{"item_id": "hx-only-bad", "benchmark": \n')
-    w.kinds.append(Kind("jsonl-every-line-bad", "hx-only-bad", "rejected", "not valid JSON"))
+    w.kinds.append(Kind("jsonl-every-line-bad", "hx-only-bad", "rejected", "line cut in the middle"))
     (items / "HOSTILE_UPPER.JSONL").write_text(json.dumps(w.item("hx-upper-suffix")) + "\n")
     w.kinds.append(Kind("upper-case-suffix", "hx-upper-suffix", "ok"))
     rows = [w.item(f"hx-csv-newlines-{k}") for k in range(700)]

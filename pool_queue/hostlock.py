@@ -33,10 +33,8 @@ def lock_dir() -> Path:
 def hold(what: str, root: Path, *key: object) -> Path:
     """Take the lock on (`what`, root, key...) for the rest of this process, or raise SetupError (one line,
     exit 2) naming the process that holds it. Returns the lock file's path."""
-    ident = "\0".join([what, str(root.resolve()), *map(str, key)])
-    d = lock_dir()
-    d.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path = d / f"{what}-{hashlib.sha256(ident.encode()).hexdigest()[:16]}.lock"
+    path = _lock_file(what, root, *key)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     f = path.open("a+")  # never truncated before the lock is ours: the holder's line stays readable
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -52,3 +50,21 @@ def hold(what: str, root: Path, *key: object) -> Path:
     f.flush()
     _held.append(f)
     return path
+
+
+def is_held(what: str, root: Path, *key: object) -> bool:
+    """Whether a live process on this host holds (`what`, root, key...) now: a `.env` that pool-demo wrote
+    points at a demo that still runs, or at one whose Redis is gone with it."""
+    try:
+        with _lock_file(what, root, *key).open() as f:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)  # dropped as the file closes
+    except BlockingIOError:
+        return True
+    except OSError:  # no lock file: never taken on this host since its temporary folder was made
+        return False
+    return False
+
+
+def _lock_file(what: str, root: Path, *key: object) -> Path:
+    ident = "\0".join([what, str(root.resolve()), *map(str, key)])
+    return lock_dir() / f"{what}-{hashlib.sha256(ident.encode()).hexdigest()[:16]}.lock"

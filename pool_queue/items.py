@@ -235,11 +235,16 @@ def _read_jsonl_lines(path: Path, data: bytes) -> tuple[pa.Table, pa.Table]:
         if not line.strip():
             continue
         text = line.decode("utf-8", "replace")
+        body = line.rstrip(b"\r\n")
         try:  # numbers as their own digits: an id is never rounded, however large
-            obj = json.loads(line, parse_float=Decimal, parse_int=_exact_int)
+            obj = json.loads(body, parse_float=Decimal, parse_int=_exact_int)
         except json.JSONDecodeError as e:
             obj, why = None, f"not valid JSON ({e.msg}, at column {e.colno})"
-            if e.msg == "Extra data" and len(values := _values_in(text)) > 1:
+            if e.pos >= len(e.doc) or e.msg.startswith("Unterminated string"):  # the text ends inside the item
+                why = (
+                    "line cut in the middle: it ends inside its item (a file cut short, or a raw line break in a value)"
+                )
+            elif e.msg == "Extra data" and len(values := _values_in(text)) > 1:
                 why = f"{len(values)} JSON values on one line (JSONL holds one item per line)"
         except ValueError as e:  # bytes that are not UTF-8
             obj, why = None, f"not valid JSON ({e})"

@@ -8,17 +8,12 @@ one line naming it and where its URL came from (a `.env` left by a stopped demo,
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis
-from dotenv import dotenv_values
 
-from .cli import settings
-from .settings import Settings, env_file
-
-URL_NAMES = ("POOL_REDIS_URL", "REDIS_URL")  # the names Settings.redis_url reads, first wins
+from .cli import fail, settings
+from .settings import Settings
 
 
 def _url(s: Settings) -> str:
@@ -29,19 +24,6 @@ def _url(s: Settings) -> str:
     return urlunsplit(u._replace(netloc=f":{quote(pw, safe='')}@{u.netloc}"))
 
 
-def url_source() -> str:
-    """Where the Redis URL in force came from, as a user can go and change it."""
-    for name in URL_NAMES:
-        if name in os.environ:
-            return f"{name} in the environment"
-    path = env_file()
-    found = dotenv_values(path) if path and os.path.isfile(path) else {}
-    for name in URL_NAMES:
-        if name in found:
-            return f"{name} in {os.path.abspath(str(path))}"
-    return "the default (no REDIS_URL in the environment or a .env file)"
-
-
 def _answers(s: Settings) -> None:
     """Exit 2 with one line when no Redis answers at the URL in force."""
     try:
@@ -49,10 +31,10 @@ def _answers(s: Settings) -> None:
     except redis.AuthenticationError:
         return  # RQ says so itself; the password is the user's to fix, not the address
     except redis.RedisError as e:
-        print(f"error: no Redis answers at {s.redis_where()} ({e}); its URL is {url_source()}: start that Redis, "
-              "or point REDIS_URL at a running one (a .env that a stopped pool-demo left: delete it)",
-              file=sys.stderr)  # fmt: skip
-        raise SystemExit(2) from None
+        src = s.origin("redis_url")
+        where = str(src) if src else "the default (no REDIS_URL in the environment or a .env file)"
+        fail(s.demo_gone() or f"no Redis answers at {s.redis_where()} ({e}); its URL is {where}: start that Redis, or "
+             "point REDIS_URL at a running one")  # fmt: skip
 
 
 _settings = settings(argparse.Namespace(root=None, results=None, redis_url=None, protocol_file=None))  # bad: one line

@@ -8,14 +8,20 @@ names so existing habits (`STEP=1 NGPU=2 bash run_remote.sh`) carry over; our ow
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from dotenv import dotenv_values
+from pydantic import AliasChoices, Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from redis import Redis
 
+from .hostlock import is_held
+
+DEMO_ENV_MARK = "# written by pool-demo: bare pool-* commands in this folder find the demo; delete it to stop that\n"
 BURST_WAIT_S = 30.0  # how long a one-off run (`pool-worker --burst`, `pool-launch --sim`) waits for Redis or a server
 
 
@@ -113,6 +119,46 @@ class Settings(BaseSettings):
     wait_server_s: float = Field(default=3600.0, ge=0, description="how long a starting worker waits for its server")
     wait_note_s: float = Field(default=60.0, gt=0, description="a worker's wait that lasts says so this often")
 
+    _flags: dict[str, Any] = PrivateAttr(default_factory=dict)  # the values given as flags (load_settings)
+
+    def origin(self, name: str) -> Source | None:
+        """Where the value in force of field `name` was given (a flag, the environment, the env file); None for
+        a default or a value a command put in its place (an embedded Redis, POOL_REDIS_URL_FILE's address)."""
+        src = source(name, self._flags)
+        value = getattr(self, name)
+        if src is None or src.raw is None or not (src.raw == str(value) or Path(src.raw) == value):
+            return None
+        return src
+
+    def results_named(self) -> str:
+        """How the results folder in force was chosen, for an error that names it: its flag or variable (and
+        the `.env` file that holds it), else the package root it is the default under."""
+        if (src := self.origin("results")) is not None:
+            return str(src)
+        root = self.origin("root")
+        return "the default under the package root" + (f", {root}" if root else "")
+
+    def redis_said(self) -> str:
+        """The Redis address for a message; where it was read from a file, that file too (a `.env` a demo
+        left), and whether that demo still runs: a user who never typed the address learns where it lives."""
+        src = self.origin("redis_url")
+        if src is None or src.file is None:
+            return self.redis_where()
+        demo = demo_env_root(src.file)
+        if demo is not None:
+            state = "runs" if is_held("pool-demo", demo) else "is not running"
+            return f"{self.redis_where()} ({src}, written by pool-demo for a demo that {state})"
+        return f"{self.redis_where()} ({src})"
+
+    def demo_gone(self) -> str | None:
+        """Where the Redis URL came from a `.env` that pool-demo wrote and that demo no longer runs, the line that
+        says so and what to do: its Redis stopped with it, so no wait for it can help. None otherwise."""
+        src = self.origin("redis_url")
+        if src is None or src.file is None or (demo := demo_env_root(src.file)) is None or is_held("pool-demo", demo):
+            return None
+        return (f"Redis at {self.redis_said()} unreachable (it stopped with the demo): delete {src.file} (or run "
+                "pool-demo again), or name a running Redis with --redis-url")  # fmt: skip
+
     @property
     def silent_bound_s(self) -> float:
         """Two full request timeouts: a healthy server answers some forward within one, and a forward has
@@ -207,6 +253,56 @@ def check_redis_url(v: str) -> str:
     return v
 
 
+@dataclass(frozen=True)
+class Source:
+    """Where a setting was given, as its user can go and change it."""
+
+    name: str  # as given: "--redis-url", "REDIS_URL", "POOL_RESULTS"
+    file: Path | None  # the env file that holds it; None: a flag or the environment
+    raw: str | None  # the text given (None: a flag whose value is not text)
+
+    def __str__(self) -> str:
+        if self.file is not None:
+            return f"{self.name} from {self.file}"
+        return self.name if self.name.startswith("--") else f"{self.name} in the environment"
+
+
+def source(name: str, flags: Mapping[str, Any]) -> Source | None:
+    """Where field `name` (or one of its variable names, as a validation error locates it) was given: the flag,
+    else the variable set in the environment, else the one in the env file, by the name the user wrote there
+    (REDIS_URL rather than its alias POOL_REDIS_URL); None where nothing gave it."""
+    for field, info in Settings.model_fields.items():
+        choices = getattr(info.validation_alias, "choices", None) or [f"POOL_{field.upper()}"]
+        names = [c for c in choices if isinstance(c, str)]
+        if name != field and name not in names:
+            continue
+        if flags.get(field) is not None:
+            v = flags[field]
+            return Source("--" + field.replace("_", "-"), None, str(v) if isinstance(v, str | Path) else None)
+        if (env := next((c for c in names if c in os.environ), None)) is not None:
+            return Source(env, None, os.environ[env])
+        path = env_file()
+        if path and os.path.isfile(path):
+            found = dotenv_values(path)
+            if (var := next((c for c in names if c in found), None)) is not None:
+                return Source(var, Path(os.path.abspath(path)), found[var])
+        return None
+    return None
+
+
+def demo_env_root(env: Path) -> Path | None:
+    """The demo root a `.env` written by pool-demo points at (its first line is pool-demo's mark); None for
+    any other file."""
+    try:
+        text = env.read_text(errors="replace")
+    except OSError:
+        return None
+    if not text.startswith(DEMO_ENV_MARK):
+        return None
+    root = dotenv_values(env).get("POOL_ROOT")
+    return Path(root) if root else None
+
+
 def url_from_file(s: Settings) -> tuple[Settings, str | None]:
     """The settings with the Redis URL that POOL_REDIS_URL_FILE holds now, where no REDIS_URL is given (flag,
     environment or .env), and why there is none to use yet (no file, or not a Redis URL)."""
@@ -255,6 +351,7 @@ def load_settings(**overrides: Any) -> Settings:
     s = Settings(_env_file=env_file(), **given)  # type: ignore[call-arg]
     if s.results is not None and _explicitness("results", given) < _explicitness("root", given):
         s = s.model_copy(update={"results": None})
+    s._flags = given
     return s
 
 

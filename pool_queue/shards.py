@@ -42,8 +42,11 @@ def read_manifest(tar_dir: Path) -> Manifest:
         raise ShardError(f"{path} not found")
     try:
         m = Manifest.model_validate_json(path.read_text(encoding="utf-8"))
-    except ValidationError as e:  # the screen reads it too (`plan.cache_shortfall`): one line, not a traceback
-        raise ShardError(f"{path} is not a frames manifest ({str(e).splitlines()[0]}): download it again") from None
+    except ValidationError as e:  # cut short or edited: one line naming the file, not pydantic's report
+        first = e.errors()[0]
+        where = ".".join(map(str, first["loc"]))
+        raise ShardError(f"{path}: {'not valid JSON' if first['type'] == 'json_invalid' else where} ({first['msg']}); "
+                         "fetch it again with its shards (pool-fetch --frames)") from None  # fmt: skip
     for s in m.shards:
         if "/" in s.file or "\\" in s.file or s.file.startswith("."):
             raise ShardError(f"{path}: shard name {s.file!r} is not a plain file name")
@@ -82,7 +85,7 @@ def extract(tar_dir: Path, frames_dir: Path, show: bool = True) -> int:
     m = verify(tar_dir, show=show)
     frames_dir.mkdir(parents=True, exist_ok=True)
     marker = frames_dir.parent / f".{frames_dir.name}.extracted.json"
-    done: set[str] = set(json.loads(marker.read_text())) if marker.is_file() else set()
+    done = _extracted(marker)
     todo = [s for s in m.shards if s.sha256 not in done]
     n = _unpack(tar_dir, frames_dir, todo, marker, done, show)
     if n != m.n_videos and len(todo) < len(m.shards):  # folders went missing since: unpack all again
@@ -91,6 +94,16 @@ def extract(tar_dir: Path, frames_dir: Path, show: bool = True) -> int:
     if n != m.n_videos:
         raise ShardError(f"{frames_dir} holds {n} video folders, manifest says n_videos={m.n_videos}")
     return n
+
+
+def _extracted(marker: Path) -> set[str]:
+    """The checksums of the shards already unpacked; a record that does not read (cut by a crash, edited) counts
+    as none: every shard is unpacked again, which only costs time."""
+    try:
+        found = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return set()
+    return {s for s in found if isinstance(s, str)} if isinstance(found, list) else set()
 
 
 def _unpack(tar_dir: Path, frames_dir: Path, shards: list[Shard], marker: Path, done: set[str], show: bool) -> int:

@@ -10,6 +10,7 @@ time: per (step, item_id) an ok row beats an error row, and among equals the ear
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import socket
@@ -24,7 +25,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import InputError
+from .errors import InputError, folder_trouble
 from .rows import FINAL_ERRORS
 from .segment_index import INDEX_SCHEMA, SegmentIndex
 from .text import printable_tree
@@ -40,8 +41,19 @@ class StoreError(InputError, RuntimeError):
 
 
 class Store:
-    def __init__(self, root: Path, fingerprint: str, protocol: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        fingerprint: str,
+        protocol: dict[str, Any] | None = None,
+        named: str = "--results or POOL_RESULTS",
+    ) -> None:
+        """`named`: the setting that chose the root, as an error names it (Settings.results_named). A file in the
+        root's place is refused here, by every command: one that only reads would see an empty screen."""
         self.root = root
+        self.named = named
+        if root.exists() and not root.is_dir():
+            raise self._unusable(OSError(errno.EEXIST, "File exists"))
         self.fingerprint = fingerprint
         self._protocol = protocol
         self._index = SegmentIndex()
@@ -50,7 +62,19 @@ class Store:
     # ---- protocol stamp -------------------------------------------------------------------------
 
     def claim(self) -> None:
-        """Stamp an empty root with our protocol, or check the stamp; refuse a different protocol."""
+        """Stamp an empty root with our protocol, or check the stamp; refuse a different protocol. A root that
+        cannot be made or written is one line naming its setting and why (StoreError), before any work."""
+        try:
+            self._stamp()
+        except OSError as e:
+            raise self._unusable(e) from None
+        self.check_stamp()
+
+    def _unusable(self, e: OSError) -> StoreError:
+        return StoreError(f"results folder {self.root} ({self.named}) {folder_trouble(self.root, e)}: fix that, or "
+                          "choose another results folder (--results DIR or POOL_RESULTS)")  # fmt: skip
+
+    def _stamp(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         stamp = self.root / STAMP
         body = orjson.dumps(
@@ -70,7 +94,6 @@ class Store:
                     os.link(tmp, stamp)
             finally:
                 tmp.unlink()
-        self.check_stamp()
 
     def screen_token(self) -> str | None:
         """A token made once with the stamp (None before anything stamped the root): the queue names its
@@ -79,13 +102,25 @@ class Store:
         if not stamp.exists():
             return None
         self.check_stamp()
-        return str(orjson.loads(stamp.read_bytes()).get("screen_token") or "stamped-before-screen-tokens")
+        return str(self._read_stamp().get("screen_token") or "stamped-before-screen-tokens")
+
+    def _read_stamp(self) -> dict[str, Any]:
+        """The stamp's fields; a stamp that is not a JSON object (cut, edited) is one line naming it."""
+        stamp = self.root / STAMP
+        try:
+            body = orjson.loads(stamp.read_bytes())
+        except orjson.JSONDecodeError as e:
+            raise StoreError(f"{stamp} is not valid JSON ({e}): a damaged stamp; restore it from a copy of the "
+                             "results root, or start a new results root (--results DIR)") from None  # fmt: skip
+        if not isinstance(body, dict):
+            raise StoreError(f"{stamp} is not a JSON object: restore it, or start a new results root (--results DIR)")
+        return body
 
     def check_stamp(self) -> None:
         stamp = self.root / STAMP
         if not stamp.exists():
             return
-        theirs = orjson.loads(stamp.read_bytes()).get("fingerprint")
+        theirs = self._read_stamp().get("fingerprint")
         if theirs != self.fingerprint:
             raise StoreError(
                 f"results root {self.root} holds rows of protocol {theirs}, this run uses {self.fingerprint}; "

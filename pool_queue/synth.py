@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
-from .errors import SetupError
+from .errors import SetupError, folder_trouble
 from .pack import SYNTHETIC
 from .protocol import LETTERS
 from .shards import MANIFEST
@@ -333,8 +333,11 @@ def build_root(root: Path, make: Callable[[Path], T], say: Callable[[str], None]
             raise SetupError(f"{partial} is in the way and was not left by pool-synth: move or delete it")
         say(f"removing {partial}: a pool left half-made by an interrupted run")
         shutil.rmtree(partial)
-    partial.mkdir(parents=True)
-    (partial / PARTIAL_MARK).write_text("a package root being generated; put into place when complete\n")
+    try:
+        partial.mkdir(parents=True)
+        (partial / PARTIAL_MARK).write_text("a package root being generated; put into place when complete\n")
+    except OSError as e:  # a file on the way, a read-only disk: named in words, before anything is generated
+        raise SetupError(f"root {root} {folder_trouble(root, e)}: choose another root") from None
     made = make(partial)
     (partial / PARTIAL_MARK).unlink()
     if partial.parent == root:

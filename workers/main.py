@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import redis
 
-from pool_queue.cli import fail, load_protocol, parser, reports_errors, settings
+from pool_queue.cli import fail, load_protocol, number, parser, reports_errors, settings
 from pool_queue.items import ItemSet, load_items
 from pool_queue.lease import Timing
 from pool_queue.protocol import Protocol
@@ -44,16 +44,18 @@ def bad_server_url(url: str) -> str | None:
     return None
 
 
-def check_redis_password(s: Settings) -> None:
+def check_redis(s: Settings) -> None:
     """One quick PING before any wait: a refused password is named now (cli.reports_errors, exit 2), not
-    after the wait for the server; a Redis that does not answer yet is waited for later, as an outage."""
+    after the wait for the server, and so is the Redis of a stopped demo that a `.env` names (it went with the
+    demo: no wait helps); any other Redis that does not answer yet is waited for later, as an outage."""
     conn = redis.Redis.from_url(s.redis_url, socket_connect_timeout=1, socket_timeout=1, **s.redis_kwargs())
     try:
         conn.ping()
     except redis.AuthenticationError:
         raise
     except redis.RedisError:
-        pass
+        if (gone := s.demo_gone()) is not None:
+            fail(gone)
     finally:
         conn.close()
 
@@ -65,12 +67,20 @@ def _parser() -> argparse.ArgumentParser:
         "--name", help="name prefix in `rq info` (default: the server's host-port); host and a random suffix follow"
     )
     p.add_argument("--steps", help="comma-separated steps to take (default: every step the server's model serves)")
-    p.add_argument("--inflight", type=int, help="forwards in flight to the server (default WORKERS, else MAX_SEQS)")
-    p.add_argument("--burst", action="store_true", help="exit when the queues are empty (waits at most 30 s)")
-    p.add_argument("--wait-server", type=float, metavar="S", help="wait this long for the server at start (1 h)")
-    p.add_argument("--wait-redis", type=float, metavar="S", help="wait this long for Redis, at start or mid-run (1 h)")
     p.add_argument(
-        "--metrics-port", type=int, help="serve Prometheus /metrics on this port (0: any free port; POOL_METRICS_PORT)"
+        "--inflight", type=number(int, 1), help="forwards in flight to the server (default WORKERS, else MAX_SEQS)"
+    )
+    p.add_argument("--burst", action="store_true", help="exit when the queues are empty (waits at most 30 s)")
+    p.add_argument(
+        "--wait-server", type=number(float, 0.0), metavar="S", help="wait this long for the server at start (1 h)"
+    )
+    p.add_argument(
+        "--wait-redis", type=number(float, 0.0), metavar="S", help="wait this long for Redis, at start or mid-run (1 h)"
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=number(int, 0, high=65535),
+        help="serve Prometheus /metrics on this port (0: any free port; POOL_METRICS_PORT)",
     )
     p.add_argument("--allow-unpinned", action="store_true", help="accept a server whose root shows no revision")
     p.add_argument("--log-level", default="INFO")
@@ -95,9 +105,9 @@ async def _main(argv: list[str] | None) -> int:
     protocol = load_protocol(s)
     # the inputs and the password first: a wrong root or password fails at once, before any wait or write
     items = load_items(s.items_dir)
-    store = Store(s.results_dir, protocol.fingerprint, protocol.model_dump(mode="json"))
+    store = Store(s.results_dir, protocol.fingerprint, protocol.model_dump(mode="json"), s.results_named())
     store.check_stamp()
-    check_redis_password(s)
+    check_redis(s)
     stop = Stop()
     stop.install()  # from here every wait ends on the first signal
     key = s.vllm_api_key.get_secret_value() if s.vllm_api_key else None
@@ -158,7 +168,7 @@ def _worker(
         store=store,
         frames_dir=s.frames_dir,
         screen=screen,
-        link=RedisLink(s.redis_where(), wait_redis, name, s.wait_note_s, settle_s=3 * s.heartbeat_s),
+        link=RedisLink(s.redis_said(), wait_redis, name, s.wait_note_s, settle_s=3 * s.heartbeat_s),
         stop=stop,
         timing=Timing(s.lease_s, s.heartbeat_s, s.rescue_s, s.job_max_failures),
         client=client,

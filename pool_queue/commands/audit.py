@@ -37,7 +37,8 @@ def summary(a: Audit) -> str:
 def audit_results(s: Settings, complete: bool = False) -> Audit:
     """The audit of the results root the settings name (exits with the reason when there is none)."""
     if not s.results_dir.is_dir():
-        fail(f"results root {s.results_dir} does not exist")
+        what = "is a file, not a folder" if s.results_dir.exists() else "does not exist"
+        fail(f"results folder {s.results_dir} ({s.results_named()}) {what}")
     items = load_items(s.items_dir)
     return run_audit(s.results_dir, load_protocol(s), items, s.frames_dir, complete=complete,
                      tar_dir=s.frames_tar_dir, allow_missing_frames=s.allow_missing_frames)  # fmt: skip

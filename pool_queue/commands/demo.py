@@ -24,7 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..audit import run_audit
-from ..cli import exe, fail, reports_errors
+from ..cli import Parser, exe, fail, number, reports_errors
 from ..hostlock import hold
 from ..items import ItemSet, load_items
 from ..plan import eligible, frameless_notes
@@ -33,30 +33,38 @@ from ..progress import console, duration
 from ..protocol import Protocol
 from ..queue import Screen, screen_of
 from ..report import step_report
-from ..settings import default_results, load_settings, redis_data
+from ..settings import DEMO_ENV_MARK, default_results, demo_env_root, load_settings, redis_data
 from ..store import Store
 from ..synth import SynthConfig, build_root, generate
 from . import enqueue
 from .audit import summary
 from .report import write_report
 
-ENV_MARK = "# written by pool-demo: bare pool-* commands in this folder find the demo; delete it to stop that\n"
 SHAPE = ".pool-demo.json"  # the pool's size as generated: flags that ask for another size are refused
 DEFAULT_SHAPE = {"items": 2000, "videos": 300}
 
 
 @reports_errors
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="pool-demo", description=__doc__)
+    p = Parser(prog="pool-demo", description=__doc__)
     p.add_argument("--root", type=Path, default=Path("demo-pool"), help="package root (generated if absent)")
-    p.add_argument("--items", type=int, help=f"items of a new pool (default {DEFAULT_SHAPE['items']})")
-    p.add_argument("--videos", type=int, help=f"videos of a new pool (default {DEFAULT_SHAPE['videos']})")
-    p.add_argument("--speed", type=float, default=4.0, help="simulated GPUs run this many times faster than an H200")
+    p.add_argument("--items", type=number(int, 1), help=f"items of a new pool (default {DEFAULT_SHAPE['items']})")
+    p.add_argument("--videos", type=number(int, 1), help=f"videos of a new pool (default {DEFAULT_SHAPE['videos']})")
+    p.add_argument(
+        "--speed",
+        type=number(float, 0.0, above=True),
+        default=4.0,
+        help="simulated GPUs run this many times faster than an H200",
+    )
     p.add_argument(
         "--fresh", action="store_true", help="move the older results aside and screen again from empty (keep the pool)"
     )
     p.add_argument(
-        "--progress-every", type=float, default=5.0, metavar="S", help="output not on a terminal: a line this often"
+        "--progress-every",
+        type=number(float, 0.0),  # 0: a line at every look (each second)
+        default=5.0,
+        metavar="S",
+        help="output not on a terminal: a line this often",
     )
     enqueue.add_allow_missing_frames(p)
     a = p.parse_args(argv)
@@ -116,14 +124,15 @@ def _report_dir(results: Path) -> Path:
 def _demo(a: argparse.Namespace, con: Console) -> None:
     hold("pool-demo", a.root)  # a second demo would screen the same items again on the same queue
     _pool(a, con)
+    item_set = load_items(a.root / "items")  # a root whose items do not load fails here: nothing started or written
     results = default_results(a.root)
     protocol = Protocol()
     meant = a.allow_missing_frames or None  # a root the demo did not make may lack frames
     enqueue.check_frames(load_settings(root=a.root, results=results, allow_missing_frames=meant), protocol,
-                         sorted(protocol.steps))  # fmt: skip
+                         sorted(protocol.steps), items=item_set)  # fmt: skip
     if a.fresh:
         _fresh(a.root, results, con)
-    store = Store(results, protocol.fingerprint, protocol.model_dump(mode="json"))
+    store = Store(results, protocol.fingerprint, protocol.model_dump(mode="json"), f"the default under --root {a.root}")
     store.claim()
     log_dir = a.root / "logs" / "demo"
     with Procs(log_dir) as procs:
@@ -137,17 +146,15 @@ def _demo(a: argparse.Namespace, con: Console) -> None:
         for url in sims:
             wait_health(url, 30)
         common = ["--root", str(a.root), "--results", str(results), "--redis-url", redis_url]
-        env = _point_env_here(a.root, results, redis_url)
-        print(_commands(a.root, results, redis_url, env, live=True), flush=True)  # whole lines: they are copied
         settings = load_settings(root=a.root, results=results, redis_url=redis_url)
-        steps = sorted(protocol.steps)  # every step with work
-        enqueue.run_steps(settings, protocol, steps, plan_only=False, frames_checked=True)
+        enqueue.run_steps(settings, protocol, sorted(protocol.steps), plan_only=False, frames_checked=True)
+        env = _point_env_here(a.root, results, redis_url, con)  # the root loaded and its work is queued: it is whole
+        print(_commands(a.root, results, redis_url, env, live=True), flush=True)  # whole lines: they are copied
         for i, url in enumerate(sims):
             procs.start(f"worker-{i}", [sys.executable, "-m", "workers.main", "--server", url, *common])
         con.print(f"workers started (logs in {log_dir}); screening...")
         screen = screen_of(store, Redis.from_url(redis_url))
         assert screen is not None  # the store was claimed above
-        item_set = load_items(a.root / "items")
         _watch(procs, protocol, screen, store, item_set, a.root / "frames" / "pool_frames", log_dir, a.progress_every)
     title = f"demo screen of {item_set.items.num_rows} items"
     t = Table("step", "done", "removed", "errors", "wall", "items/s", title=title)
@@ -209,13 +216,20 @@ def _watch(
             idle = idle + 1 if not screen.busy(tasks) else 0
 
 
-def _point_env_here(root: Path, results: Path, redis_url: str) -> Path | None:
-    """A `.env` here so that the bare commands find the demo; never over a file the demo did not write."""
+def _point_env_here(root: Path, results: Path, redis_url: str, con: Console) -> Path | None:
+    """A `.env` here so that the bare commands find the demo; never over a file the demo did not write. Written
+    once the root is whole (generated, loaded, its work queued), and said in one line, naming the demo root an
+    older demo's file pointed at: it changes what every bare command in this folder reaches."""
     env = Path(".env")
-    if env.exists() and not env.read_text(errors="replace").startswith(ENV_MARK):
+    before = demo_env_root(env) if env.exists() else None
+    if env.exists() and before is None:
         return None
     pinned = "" if results.resolve() == default_results(root).resolve() else f"POOL_RESULTS={results.resolve()}\n"
-    env.write_text(f"{ENV_MARK}POOL_ROOT={root.resolve()}\n{pinned}REDIS_URL={redis_url}\n")
+    env.write_text(f"{DEMO_ENV_MARK}POOL_ROOT={root.resolve()}\n{pinned}REDIS_URL={redis_url}\n")
+    outside = "" if env.resolve().is_relative_to(root.resolve()) else f", outside the demo root {root}"
+    was = f" (it pointed at {before})" if before is not None and before != root.resolve() else ""
+    con.print(f"wrote {env.resolve()}{outside}{was}: bare pool-* commands in this folder reach this demo's root and "
+              "Redis; delete it to stop that", highlight=False, soft_wrap=True)  # fmt: skip
     return env.resolve()
 
 
@@ -230,6 +244,6 @@ def _commands(root: Path, results: Path, redis_url: str, env: Path | None, live:
         ]
     lines += [f"  {exe(c)} {flags}" for c in ("pool-status", "pool-report")]
     lines.append(f"  {exe('pool-export')} {flags} --out demo-export")
-    if env is not None:
+    if env is not None and not live:  # while it runs, the line that wrote it said so
         lines.append(f"{env} points bare commands here at the demo (`pool-status`, `pool-report`...)")
     return "\n".join(lines)

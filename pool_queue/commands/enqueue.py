@@ -14,11 +14,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+import redis
 from rich.console import Console
 from rich.table import Table
 
-from ..cli import load_protocol, parser, reports_errors, settings
-from ..errors import InputError
+from ..cli import load_protocol, number, parser, reports_errors, settings
+from ..errors import InputError, SetupError
 from ..items import ItemSet, load_items
 from ..plan import frames_refusal
 from ..produce import Produced, produce, rescue_abandoned
@@ -33,8 +34,8 @@ def main(argv: list[str] | None = None) -> None:
     p = parser("pool-enqueue", __doc__ or "")
     p.add_argument("--step", required=True, help="a step (1, 2, 3), or all (in order: the recovery)")
     p.add_argument("--plan-only", action="store_true", help="print the plan and REMAINING_TOTAL; enqueue nothing")
-    p.add_argument("--chunk-size", type=int, help="items per job (default 64; POOL_CHUNK_SIZE)")
-    p.add_argument("--limit", type=int, help="enqueue at most this many items")
+    p.add_argument("--chunk-size", type=number(int, 1), help="items per job (default 64; POOL_CHUNK_SIZE)")
+    p.add_argument("--limit", type=number(int, 1), help="enqueue at most this many items")
     p.add_argument("--retry-failed", action="store_true", help="run the items of failed jobs again")
     add_allow_missing_frames(p)
     a = p.parse_args(argv)
@@ -61,12 +62,13 @@ def run_steps(
     it started anything (`frames_checked`). Returns the screen (None while unstamped) and each step's
     REMAINING_TOTAL."""
     con = Console(stderr=True)
-    store = Store(s.results_dir, protocol.fingerprint, protocol.model_dump(mode="json"))
+    store = Store(s.results_dir, protocol.fingerprint, protocol.model_dump(mode="json"), s.results_named())
     store.check_stamp()
     items = load_items(s.items_dir)
     if not frames_checked:
         check_frames(s, protocol, steps, plan_only, items, store)
     if not plan_only:
+        _reach_redis(s)  # before the stamp is written: a Redis that is not there is named, with where its URL came from
         store.claim()  # the stamp's token names the screen in Redis
     if items.rejected.num_rows:
         con.print(f"[yellow]{items.rejected.num_rows} invalid items are not screened (see `pool-items`)[/]")
@@ -116,6 +118,17 @@ def check_frames(
         print(f"warning: {why}; a screen is refused until you {fill}", file=sys.stderr, flush=True)
         return
     raise InputError(f"{why}; {fill}")
+
+
+def _reach_redis(s: Settings) -> None:
+    """One PING: a Redis that does not answer is one line (SetupError) naming it and, where a `.env` gave its
+    URL, that file (a stopped demo's Redis: what to do about it)."""
+    try:
+        s.redis().ping()
+    except (redis.AuthenticationError, redis.OutOfMemoryError):  # named by cli.reports_errors
+        raise
+    except redis.RedisError as e:
+        raise SetupError(s.demo_gone() or f"cannot reach Redis at {s.redis_said()}: {e}") from None
 
 
 def show(con: Console, done: Produced, queue: str) -> None:

@@ -54,8 +54,10 @@ def main(argv: list[str] | None = None) -> None:
     if a.out.resolve() == s.results_dir.resolve():
         fail("--out must differ from the results root")
     if not (s.results_dir / STAMP).is_file():
-        fail(f"no results to export: {s.results_dir} holds no screen (check --root / --results)")
-    counts = export(Store(s.results_dir, protocol.fingerprint), sorted(protocol.steps), output_dir(a.out))
+        fail(f"no results to export: {s.results_dir} ({s.results_named()}) holds no screen (check --root / --results)")
+    counts = export(
+        Store(s.results_dir, protocol.fingerprint, named=s.results_named()), sorted(protocol.steps), output_dir(a.out)
+    )
     for step, n in counts.items():
         print(f"step {step}: {n} rows -> {a.out}/{PARQUET}/step{step}.parquet, "
               f"{a.out}/results/pool/step{step}/step{step}.jsonl")  # fmt: skip

@@ -11,7 +11,7 @@ import pyarrow.csv as pacsv
 from rich.console import Console
 from rich.table import Table
 
-from ..cli import parser, reports_errors, settings
+from ..cli import number, parser, reports_errors, settings
 from ..frames import unicode_form_twins
 from ..items import item_warnings, load_items
 
@@ -20,7 +20,7 @@ from ..items import item_warnings, load_items
 def main(argv: list[str] | None = None) -> None:
     p = parser("pool-items", __doc__ or "")
     p.add_argument("--report", type=Path, help="write the rejected items (item_id, source, line, reason) as CSV here")
-    p.add_argument("--show", type=int, default=50, help="rejected rows to print (default 50)")
+    p.add_argument("--show", type=number(int, 0), default=50, help="rejected rows to print (default 50)")
     a = p.parse_args(argv)
     s = settings(a)
     items = load_items(s.items_dir)

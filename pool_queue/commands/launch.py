@@ -34,7 +34,7 @@ from pathlib import Path
 from huggingface_hub.errors import LocalEntryNotFoundError
 from redis import AuthenticationError, RedisError
 
-from ..cli import fail, load_protocol, parser, reports_errors, settings
+from ..cli import fail, load_protocol, number, parser, reports_errors, settings
 from ..hostlock import hold
 from ..launch import (
     OPTIONAL_FLAGS,
@@ -120,10 +120,20 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--burst", action="store_true", help="stop when the queues are empty")
     p.add_argument("--sim", action="store_true", help="simulated servers instead of vLLM (no GPU)")
-    p.add_argument("--sim-speed", type=float, default=20.0, help="with --sim: capacity-model speed-up")
-    p.add_argument("--sim-gpu-gib", type=float, help="with --sim: the simulated GPU's memory (default: unknown)")
-    p.add_argument("--sim-warmup-s", type=float, default=0.0, help="with --sim: each server's start-up (/health 503)")
-    p.add_argument("--health-timeout", type=float, default=1200.0, help="seconds to wait for every server")
+    p.add_argument(
+        "--sim-speed", type=number(float, 0.0, above=True), default=20.0, help="with --sim: capacity-model speed-up"
+    )
+    p.add_argument(
+        "--sim-gpu-gib",
+        type=number(float, 0.0, above=True),
+        help="with --sim: the simulated GPU's memory (default: unknown)",
+    )
+    p.add_argument(
+        "--sim-warmup-s", type=number(float, 0.0), default=0.0, help="with --sim: each server's start-up (/health 503)"
+    )
+    p.add_argument(
+        "--health-timeout", type=number(float, 0.0, above=True), default=1200.0, help="seconds to wait for every server"
+    )
     enqueue.add_allow_missing_frames(p)
     a = p.parse_args(argv)
     s = settings(a, allow_missing_frames=a.allow_missing_frames or None)
@@ -249,12 +259,6 @@ def _check_args(a: argparse.Namespace, protocol: Protocol) -> None:
         fail("give --step N or --split A+B, not both")
     if a.split:
         split_counts(protocol, a.split)
-    for flag, value in (("--sim-speed", a.sim_speed), ("--sim-gpu-gib", a.sim_gpu_gib),
-                        ("--health-timeout", a.health_timeout)):  # fmt: skip
-        if value is not None and not value > 0:
-            fail(f"{flag} {value:g}: must be above 0")
-    if not a.sim_warmup_s >= 0:
-        fail(f"--sim-warmup-s {a.sim_warmup_s:g}: must be 0 or more")
 
 
 def _wait_redis(s: Settings, stop: StopRequest) -> Settings:
@@ -275,7 +279,9 @@ def _wait_redis(s: Settings, stop: StopRequest) -> Settings:
             except AuthenticationError:
                 raise
             except RedisError as e:
-                why = f"Redis at {s.redis_where()} unreachable ({type(e).__name__})"
+                why = f"Redis at {s.redis_said()} unreachable ({type(e).__name__})"
+                if (gone := s.demo_gone()) is not None:  # its Redis stopped with the demo: no wait can help
+                    fail(gone)
         if why != said:  # the wait's cause, said once (again only when it changes)
             print(f"{why}; waiting up to {s.wait_redis_s:.0f} s (POOL_WAIT_REDIS_S)", file=sys.stderr, flush=True)
             said, noted = why, time.monotonic()
@@ -290,7 +296,7 @@ def _wait_redis(s: Settings, stop: StopRequest) -> Settings:
             raise SystemExit(0)
         pause = min(2 * pause, 2.0)
     if said:
-        print(f"Redis at {s.redis_where()} is back after {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
+        print(f"Redis at {s.redis_said()} is back after {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
     return s
 
 

@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     s = settings(a)
     protocol = load_protocol(s)
-    store = Store(s.results_dir, protocol.fingerprint)
+    store = Store(s.results_dir, protocol.fingerprint, named=s.results_named())
     out = a.out or s.results_dir.parent / "report"
     store.check_stamp()
     path = write_report(store, load_items(s.items_dir), protocol, out, s.frames_dir)

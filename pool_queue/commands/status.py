@@ -18,7 +18,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ..cli import load_protocol, parser, reports_errors, settings
+from ..cli import load_protocol, number, parser, reports_errors, settings
 from ..items import load_items
 from ..plan import Frameless, frameless_note
 from ..prefix_cache import Engine
@@ -163,34 +163,49 @@ def remaining_lines(st: RunStatus) -> str:
 @reports_errors
 def main(argv: list[str] | None = None) -> None:
     p = parser("pool-status", __doc__ or "")
-    p.add_argument("--watch", nargs="?", const=5.0, type=float, metavar="SECONDS", help="live view (default every 5 s)")
+    p.add_argument(
+        "--watch",
+        nargs="?",
+        const=5.0,
+        type=number(float, 0.0, above=True),
+        metavar="SECONDS",
+        help="live view (default every 5 s)",
+    )
     p.add_argument("--json", action="store_true", help="print the status as JSON")
     p.add_argument("--no-health", action="store_true", help="do not probe the servers' /health")
     a = p.parse_args(argv)
     s = settings(a)
     protocol = load_protocol(s)
-    store = Store(s.results_dir, protocol.fingerprint)
+    store = Store(s.results_dir, protocol.fingerprint, named=s.results_named())
     store.check_stamp()
     items = load_items(s.items_dir)
     conn = s.redis()
     reader = StatusReader(items, store, s.frames_dir, conn, protocol, probe_health=not a.no_health)
+
+    def read() -> RunStatus:
+        """The status; a Redis that does not answer named with its address and where that came from (a `.env`)."""
+        st = reader.read()
+        if st.redis_error:
+            st.redis_error = f"{s.redis_said()}: {st.redis_error}"
+        return st
+
     if a.json:
-        print(reader.read().model_dump_json(indent=2))
+        print(read().model_dump_json(indent=2))
         return
     con = Console()
     if not a.watch:
-        st = reader.read()
+        st = read()
         con.print(render(st))
         print(remaining_lines(st))
         return
     try:
         if not con.is_terminal:  # a log or a pipe: plain lines per refresh
             while True:
-                print(plain_lines(reader.read()), flush=True)
+                print(plain_lines(read()), flush=True)
                 time.sleep(a.watch)
-        with Live(render(reader.read()), console=con, refresh_per_second=1, screen=False) as live:
+        with Live(render(read()), console=con, refresh_per_second=1, screen=False) as live:
             while True:
                 time.sleep(a.watch)
-                live.update(render(reader.read()))
+                live.update(render(read()))
     except KeyboardInterrupt:
         pass

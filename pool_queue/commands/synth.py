@@ -8,28 +8,27 @@ uploaded to the real dataset.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
-from ..cli import reports_errors
+from ..cli import Parser, number, reports_errors
 from ..hostile import add_hostile
 from ..synth import SynthConfig, SynthSummary, build_root, generate, staging
 
 
 @reports_errors
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="pool-synth", description=__doc__)
+    p = Parser(prog="pool-synth", description=__doc__)
     p.add_argument("root", type=Path, help="new package root to create")
-    p.add_argument("--items", type=int, default=2000)
-    p.add_argument("--videos", type=int, default=300)
+    p.add_argument("--items", type=number(int, 1), default=2000)
+    p.add_argument("--videos", type=number(int, 1), default=300)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--min-frames", type=int, default=8)
-    p.add_argument("--max-frames", type=int, default=64)
+    p.add_argument("--min-frames", type=number(int, 1), default=8)
+    p.add_argument("--max-frames", type=number(int, 1), default=64)
     p.add_argument("--bad-items", action="store_true", help="add a file of invalid items (one per rule)")
-    p.add_argument("--items-per-video", type=int, default=0, help="exactly N items per video (0: at random)")
-    p.add_argument("--corrupt-frames", type=int, default=0, help="videos whose frames get damaged")
+    p.add_argument("--items-per-video", type=number(int, 0), default=0, help="exactly N items per video (0: at random)")
+    p.add_argument("--corrupt-frames", type=number(int, 0), default=0, help="videos whose frames get damaged")
     p.add_argument("--hostile", action="store_true", help="add ~90 kinds of messy items and frames")
     a = p.parse_args(argv)
     cfg = SynthConfig(

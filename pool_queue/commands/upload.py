@@ -9,12 +9,11 @@ upload itself.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from huggingface_hub.errors import HfHubHTTPError
 
-from ..cli import fail, reports_errors
+from ..cli import Parser, fail, reports_errors
 from ..fetch import ITEMS_REPO
 from ..pack import SYNTHETIC, is_synthetic
 from ..settings import load_settings
@@ -23,7 +22,7 @@ from ..upload import plan_upload, upload
 
 @reports_errors
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="pool-upload", description=__doc__)
+    p = Parser(prog="pool-upload", description=__doc__)
     p.add_argument("tarball", type=Path, help="pool_returns_<host>_<date>.tar.gz (its .sha256 beside it)")
     p.add_argument("--repo", default=ITEMS_REPO, help="dataset repo (default %(default)s)")
     p.add_argument("--dry-run", action="store_true", help="print what would be uploaded where")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from ..cli import Parser, number
 from .dialects import NEWEST, dialect
 from .faults import FaultPlan, parse_rates, parse_schedule
 from .model import PROFILES, profile_of
@@ -19,38 +20,46 @@ from .server import SimConfig, SimServer
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pool-sim", description=__doc__)
+    p = Parser(prog="pool-sim", description=__doc__)
     p.add_argument("--profile", choices=sorted(PROFILES), default="qwen3-vl-8b")
     p.add_argument("--model", help="a hub model id: the profile simulating it (pool-launch passes the protocol's)")
     p.add_argument("--served-model-name", help="default: the profile's hub id")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8001)
-    p.add_argument("--max-num-seqs", type=int, default=64)
-    p.add_argument("--max-logprobs", type=int, default=20)
-    p.add_argument("--limit-images", type=int, default=32, help="as --limit-mm-per-prompt '{\"image\": N}'")
+    p.add_argument("--port", type=number(int, 0, high=65535), default=8001)
+    p.add_argument("--max-num-seqs", type=number(int, 1), default=64)
+    p.add_argument("--max-logprobs", type=number(int, 0), default=20)
+    p.add_argument("--limit-images", type=number(int, 0), default=32, help="as --limit-mm-per-prompt '{\"image\": N}'")
     p.add_argument("--limit-mm-per-prompt", type=json.loads, help='vLLM\'s form, e.g. \'{"image": 32, "video": 0}\'')
-    p.add_argument("--max-model-len", type=int)
+    p.add_argument("--max-model-len", type=number(int, 1))
     p.add_argument("--api-key", help="require this bearer key on /v1/* (env VLLM_API_KEY also works)")
-    p.add_argument("--warmup-s", type=float, default=0.0, help="/health answers 503 for this long")
-    p.add_argument("--startup-delay-s", type=float, default=0.0, help="do not even listen for this long")
+    p.add_argument("--warmup-s", type=number(float, 0.0), default=0.0, help="/health answers 503 for this long")
+    p.add_argument("--startup-delay-s", type=number(float, 0.0), default=0.0, help="do not even listen for this long")
     p.add_argument("--zero-latency", action="store_true", help="answer at once (client-overhead benchmarks)")
     p.add_argument(
-        "--prefix-cache-tokens", type=int, default=1_000_000, help="prompt tokens the simulated prefix cache holds"
+        "--prefix-cache-tokens",
+        type=number(int, 0),
+        default=1_000_000,
+        help="prompt tokens the simulated prefix cache holds",
     )
     p.add_argument(
         "--mm-processor-cache-gb",
-        type=float,
+        type=number(float, 0.0),
         default=4.0,
         help="vLLM's processor cache of processed images by uuid or content (0 = off); a 448x252 frame takes 1.4 MB",
     )
-    p.add_argument("--speed", type=float, default=1.0, help="run the capacity model this many times faster")
+    p.add_argument(
+        "--speed",
+        type=number(float, 0.0, above=True),
+        default=1.0,
+        help="run the capacity model this many times faster",
+    )
     p.add_argument("--old-errors", action="store_true", help="flat error bodies, as vLLM before 0.10.1")
     p.add_argument("--vllm", default=NEWEST, help=f"answer as this vLLM release does (tested: 0.11.0, {NEWEST})")
     p.add_argument("--faults", default="", help="rates, e.g. '500:0.01,hang:0.002,reset:0.01'")
     p.add_argument("--fault-schedule", default="", help="request numbers, e.g. '5:503,10-12:reset'")
     p.add_argument("--fault-seed", type=int, default=0)
-    p.add_argument("--hang-s", type=float, default=3600.0)
-    p.add_argument("--exit-after", type=int, help="crash (exit 3) when this request arrives")
+    p.add_argument("--hang-s", type=number(float, 0.0), default=3600.0)
+    p.add_argument("--exit-after", type=number(int, 1), help="crash (exit 3) when this request arrives")
     p.add_argument("--engine-dead", action="store_true", help="/health 503 and every request 503")
     p.add_argument("--log", type=Path, help="log file (default: stderr)")
     return p

@@ -97,6 +97,8 @@ def test_demo_runs_the_whole_screen(tmp_path, monkeypatch):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "demo screen of 150 items" in out.stdout and "REMAINING_TOTAL=150" in out.stdout
     assert "demo Redis: redis://127.0.0.1:" in out.stdout and "rq info -u redis://127.0.0.1:" in out.stdout
+    env_file = tmp_path.resolve() / ".env"
+    assert f"wrote {env_file}, outside the demo root demo: bare pool-* commands in this folder reach" in out.stdout
     bare = "survivors of step 1 have no frames: not screened in steps 2-3 here"  # 150 items, some of k: videos
     made = (tmp_path / "demo" / "results" / "report" / "report.md").read_text()  # before pool-report below
     assert bare in " ".join(out.stdout.split("demo screen of", 1)[1].split()) and bare in made
@@ -125,6 +127,11 @@ def test_demo_runs_the_whole_screen(tmp_path, monkeypatch):
     status = run("pool-status")
     assert status.returncode == 0, status.stderr
     assert "STEP=1 REMAINING_TOTAL=0" in status.stdout and "Redis unreachable" in status.stdout
+    # a launch here would wait for the demo's Redis: it says at once where the URL came from, and waits not
+    launch = subprocess.run([str(bindir / "pool-launch"), "--sim", "--burst"], capture_output=True, text=True,
+                            timeout=120, cwd=tmp_path, env={**env, "PORT0": str(free_port())})  # fmt: skip
+    gone = f"(REDIS_URL from {env_file}, written by pool-demo for a demo that is not running) unreachable"
+    assert launch.returncode == 2 and gone in launch.stderr and launch.stderr.count("\n") == 1, launch.stderr
     export = run("pool-export", "--out", "export")
     assert export.returncode == 0, export.stderr
     lines = (tmp_path / "export" / "results" / "pool" / "step1" / "step1.jsonl").read_text().splitlines()
@@ -405,11 +412,11 @@ def test_rq_info_reaches_the_pools_redis_as_the_pool_commands_do(procs, tmp_path
     (tmp_path / ".env").write_text("REDIS_URL=127.0.0.1:6391\n")
     out = subprocess.run(rq, env=clean, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and out.stderr.strip().splitlines() == [
-        "error: setting REDIS_URL: '127.0.0.1:6391' is not a Redis URL: write redis://HOST:PORT/DB "
-        "(password in REDIS_PASSWORD)"
+        f"error: setting REDIS_URL from {tmp_path / '.env'}: '127.0.0.1:6391' is not a Redis URL: write "
+        "redis://HOST:PORT/DB (password in REDIS_PASSWORD)"
     ], out.stderr
     gone = f"redis://127.0.0.1:{free_port()}/0"  # a .env a stopped demo left: its Redis went with it
     (tmp_path / ".env").write_text(f"REDIS_URL={gone}\n")
     out = subprocess.run(rq, env=clean, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     (line,) = out.stderr.strip().splitlines()
-    assert out.returncode == 2 and gone in line and f"REDIS_URL in {tmp_path / '.env'}" in line, out.stderr
+    assert out.returncode == 2 and gone in line and f"REDIS_URL from {tmp_path / '.env'}" in line, out.stderr

@@ -690,8 +690,8 @@ def test_the_servers_image_limit_follows_the_protocol(tmp_path):
         (["--split", "3+-1"], "--split '3+-1': expected"),
         (["--split", "0+0"], "at least one GPU in all"),
         (["--step", "1", "--split", "1+1"], "give --step N or --split A+B, not both"),
-        (["--sim", "--sim-gpu-gib", "0"], "--sim-gpu-gib 0: must be above 0"),
-        (["--health-timeout", "-5"], "--health-timeout -5: must be above 0"),
+        (["--sim", "--sim-gpu-gib", "0"], "argument --sim-gpu-gib: 0: must be above 0"),
+        (["--health-timeout", "-5"], "argument --health-timeout: -5: must be above 0"),
     ],
 )
 @pytest.mark.parametrize("plan_only", [False, True])

@@ -169,5 +169,5 @@ def test_a_manifest_that_cannot_be_read_is_one_line_naming_it(pool_root, redis_u
     manifest = pool_root / "frames_tar" / "frames_manifest.json"
     manifest.write_text('{"shards": "cut short"}')
     line = one_line(run("pool-enqueue", "--step", "2", "--root", str(pool_root), "--redis-url", redis_url))
-    assert line.startswith(f"error: {manifest} is not a frames manifest (") and "download it again" in line, line
+    assert line.startswith(f"error: {manifest}: shards (") and "pool-fetch --frames" in line, line
     assert Redis.from_url(redis_url).dbsize() == 0
