@@ -364,7 +364,7 @@ def batched_tokens(
     how = "two steps in flight" if held == 2 else "one step at a time"
     on = f"vLLM {release}" if release else "an unknown vLLM release, taken as a newer one"
     tokens, why = step_budget(per_video, held, default, sized)
-    return Budget(tokens, (f"{name} {tokens:,} (MAX_BATCHED_TOKENS=derived, not measured yet): {frames} frames x "
+    return Budget(tokens, (f"{name} {tokens:,} (MAX_BATCHED_TOKENS=derived): {frames} frames x "
                            f"{frame.tokens} tokens ({frame.width}x{frame.height}, {frame.source}) = {per_video:,} per "
                            f"video; {on} holds encoder outputs for {how}: {why}"))  # fmt: skip
 

@@ -287,8 +287,8 @@ def test_one_gpu_that_holds_both_models_serves_them_at_once(pool_root, redis_url
     budget = [line for line in out.stdout.splitlines() if "--max-num-batched-tokens" in line]
     assert budget[0] == "steps 1,2: --max-num-batched-tokens 16,384: the default", budget
     assert budget[1].startswith(
-        "steps 3: --max-num-batched-tokens 32,768 (MAX_BATCHED_TOKENS=derived, not "
-        "measured yet): 32 frames x 140 tokens (448x336, the pool's frames: the largest"
+        "steps 3: --max-num-batched-tokens 32,768 (MAX_BATCHED_TOKENS=derived): 32 frames x 140 tokens "
+        "(448x336, the pool's frames: the largest"
     )
     assert budget[1].endswith(
         "5 videos twice over = 44,800, up to a power of two gives 65,536, whose activations "

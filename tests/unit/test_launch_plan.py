@@ -135,7 +135,7 @@ def test_the_frame_size_served_decides_the_tokens_per_video(tmp_path):
         ("mixed", "0.11.0"): 32768, ("mixed", "0.26.0"): 65536,  # 22,400 / 44,800
     }  # fmt: skip
     line = batched_tokens(settings(wide, "derived"), P, STEP3, h100, "0.26.0").why
-    assert line.startswith("steps 3: --max-num-batched-tokens 65,536 (MAX_BATCHED_TOKENS=derived, not measured yet)")
+    assert line.startswith("steps 3: --max-num-batched-tokens 65,536 (MAX_BATCHED_TOKENS=derived)")
     assert "(448x252, the pool's frames: the largest of 2 videos' first)" in line
     assert "vLLM 0.26.0 holds encoder outputs for two steps in flight" in line
 
