@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from ..protocol import BATCH_PATH as BATCH
 from .checks import Limits, Parsed, SimError, check, check_batch
 from .dialects import Dialect, dialect
 from .faults import FaultPlan
@@ -26,7 +27,6 @@ from .mmcache import ProcessorCache
 from .model import Profile, answer
 
 CHAT = "/v1/chat/completions"
-BATCH = "/v1/chat/completions/batch"
 
 
 @dataclass
