@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from rich.console import Console
+from rq import Worker
+from stack import cli
 
 from pool_queue import presence
 from pool_queue.commands.status import plain_lines, render
 from pool_queue.status import RunStatus, StepStatus, WorkerStatus
+
+BIN = Path(sys.executable).parent
 
 
 def _status() -> RunStatus:
@@ -101,3 +106,32 @@ def test_with_no_live_worker_the_eta_says_so_instead_of_counting_down():
     con.print(render(st))
     text = con.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80 and "step 3: work left and no workers, so no ETA" in text
+
+
+def test_rq_shows_a_worker_busy_while_it_holds_jobs_and_idle_once_it_holds_none(stack):
+    """RQ's view of our worker (`rq info`, rq-dashboard: `Worker.all()`) follows its jobs, not its heartbeats:
+    busy, naming a current job, from the claim of its first job; idle once its last one ended. Both before its
+    next heartbeat (100 s apart here), so every change seen carries the heartbeat of the worker's start."""
+    url = stack.sim("sim", "qwen3-vl-8b", "--speed", "0.2")
+    stack.enqueue(1, chunk_size=4, limit=12)
+    jobs = set(stack.screen.queue(1).job_ids)
+    stack.worker("w", url, "--steps", "1", "--inflight", "8", env={"POOL_HEARTBEAT_S": "100", "POOL_LEASE_S": "300"})
+    seen: list[tuple[str, object]] = []  # (state, last heartbeat), each change once
+    named: set[str | None] = set()  # the current jobs RQ names while it shows the worker busy
+    said = ""
+    deadline = time.monotonic() + 90
+    while not (seen and seen[-1][0] == "idle" and "busy" in [s for s, _ in seen]) and time.monotonic() < deadline:
+        for w in Worker.all(connection=stack.conn):
+            if seen[-1:] != [(w.get_state(), w.last_heartbeat)]:
+                seen.append((w.get_state(), w.last_heartbeat))
+            if w.get_state() == "busy":
+                named.add(w.get_current_job_id())
+                said = said or cli(stack, str(BIN / "rq"), "info", "-u", stack.redis_url, "-W").stdout
+        time.sleep(0.05)
+    shown = [s for s, _ in seen if s != "starting"]  # RQ's own state between its birth and our first write
+    assert shown in (["busy", "idle"], ["idle", "busy", "idle"]), seen
+    assert len({beat for s, beat in seen if s != "starting"}) == 1, seen  # no heartbeat in between
+    assert named & jobs, (named, jobs)
+    assert re.search(r"^w\.\S+ \(.*\): busy pool-\w+-step1\.", said, re.M), said
+    after = cli(stack, str(BIN / "rq"), "info", "-u", stack.redis_url, "-W").stdout
+    assert re.search(rf"^w\.\S+ \(.*\): idle .*jobs: {len(jobs)} finished, 0 failed", after, re.M), after
