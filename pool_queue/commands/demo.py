@@ -147,9 +147,9 @@ def _demo(a: argparse.Namespace, con: Console) -> None:
     title = f"demo screen of {item_set.items.num_rows} items"
     t = Table("step", "done", "removed", "errors", "wall", "items/s", title=title)
     for s in sorted(protocol.steps):
-        r = step_report(s, store, item_set)  # the report's numbers: rows over the step's own wall time
-        rate = f"{r.rows.num_rows / r.wall_s:.1f}" if r.wall_s else "-"
-        t.add_row(str(s), str(r.rows.num_rows), str(r.n_removed), str(r.n_errors), duration(r.wall_s), rate)
+        r = step_report(s, store, item_set)  # the report's numbers: its items done, its items/s while working
+        rate = "-" if r.items_per_s is None else f"{r.items_per_s:.1f}"
+        t.add_row(str(s), str(r.done), str(r.n_removed), str(r.n_errors), duration(r.wall_s), rate)
     con.print(t)
     frames = a.root / "frames" / "pool_frames"
     for line in frameless_notes(protocol, item_set.items, store, frames):

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import orjson
+from craft import items_of, row, write
 from rich.console import Console
 from rq import Worker
 from stack import cli
@@ -135,3 +137,35 @@ def test_rq_shows_a_worker_busy_while_it_holds_jobs_and_idle_once_it_holds_none(
     assert re.search(r"^w\.\S+ \(.*\): busy pool-\w+-step1\.", said, re.M), said
     after = cli(stack, str(BIN / "rq"), "info", "-u", stack.redis_url, "-W").stdout
     assert re.search(rf"^w\.\S+ \(.*\): idle .*jobs: {len(jobs)} finished, 0 failed", after, re.M), after
+
+
+def test_status_names_the_window_of_each_rate_and_agrees_with_the_report(pool_root, redis_url, tmp_path):
+    """A step that worked 100 s, paused ~13 min, then worked again 51 s: its rate over the last 5 minutes
+    (pauses included, the ETA's) and its rate while working (pool-report's items/s) differ, and pool-status says
+    which is which; the rate it names as the report's is the number `pool-report` prints."""
+    items, now = items_of(pool_root), time.time()
+    early = [row(it, 1, t=now - 1000 + i) for i, it in enumerate(items[:100])]
+    late = [row(it, 1, t=now - 100 + i) for i, it in enumerate(items[100:150])]
+    write(pool_root, 1, early + late)
+    status = [str(BIN / "pool-status"), "--root", str(pool_root), "--redis-url", redis_url, "--no-health"]
+    out = subprocess.run(status, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert "/s 5m: a step's items of the last 5 min (since its first row, if later) per second, pauses included" in text
+    working = re.search(r"while working, as pool-report's items/s \(pauses over 10 s left out\): step 1 (\S+),", text)
+    assert working and working[1] == f"{150 / 151:.1f}", text  # 150 rows over 100 + 51 busy seconds
+    js = subprocess.run([*status, "--json"], capture_output=True, text=True, timeout=120)
+    step1 = orjson.loads(js.stdout)["steps"][0]  # the late 50 over the last 300 s; 150 over 151 busy seconds
+    assert (round(step1["items_per_s_5m"], 2), f"{step1['items_per_s_working']:.1f}") == (0.17, working[1]), step1
+    report = subprocess.run([str(BIN / "pool-report"), "--root", str(pool_root), "--out", str(tmp_path / "rep")],
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    table = (tmp_path / "rep" / "report.md").read_text().split("## Return report", 1)[1]
+    cells = next(line.split("|") for line in table.splitlines() if line.startswith("| 1 |"))
+    assert cells[7].strip() == working[1], table  # the report's items/s, step 1
+    plain = subprocess.Popen([*status, "--watch", "0.5"], stdout=subprocess.PIPE, text=True)
+    assert plain.stdout is not None
+    first = plain.stdout.readline()
+    plain.terminate()
+    plain.wait(30)
+    assert f"/s over 5m, {working[1]}/s while working, ETA " in first, first  # no worker: no 5-minute rate
