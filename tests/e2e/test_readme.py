@@ -157,7 +157,7 @@ def test_every_relative_link_points_at_a_file_that_exists(page, target):
 
 
 def test_the_demo_follow_up_block_is_what_the_demo_test_runs():
-    lines = fenced_lines("afterwards the bare commands find the demo:")
+    lines = fenced_lines("afterwards the bare commands that read the results find the demo")
     assert lines == ["pool-status", "pool-report", "pool-export --out demo-export"]
 
 
