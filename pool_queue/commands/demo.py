@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow.compute as pc
 from redis import Redis
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -155,8 +156,9 @@ def _demo(a: argparse.Namespace, con: Console) -> None:
     for line in frameless_notes(protocol, item_set.items, store, frames):
         con.print(line, highlight=False)
     con.print(f"rows in {results}")
-    checked = run_audit(results, protocol, item_set, a.root / "frames" / "pool_frames", show=False)
-    con.print(summary(checked).splitlines()[-1])
+    # the demo screens every step to its end: an unfinished one is a problem, and each finding is shown
+    checked = run_audit(results, protocol, item_set, a.root / "frames" / "pool_frames", show=False, complete=True)
+    con.print(summary(checked), highlight=False)
     report = write_report(store, item_set, protocol, _report_dir(results), frames)
     con.print(f"report with plots: {report}")
     print(_commands(a.root, results, redis_url, env, live=False), flush=True)
@@ -192,7 +194,9 @@ def _watch(
             time.sleep(1.0)
             counts = {}
             for s in tasks:
-                counts[s] = store.winners(s).num_rows, eligible(protocol, s, items, store, frames).num_rows
+                elig = eligible(protocol, s, items, store, frames).column("item_id")
+                done = pc.sum(pc.is_in(elig, value_set=store.settled(s))).as_py() or 0  # done as pool-status counts it
+                counts[s] = done, len(elig)
                 prog.update(tasks[s], total=counts[s][1], completed=counts[s][0])
             if plain and time.monotonic() - said >= every_s:
                 said = time.monotonic()

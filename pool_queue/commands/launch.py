@@ -430,6 +430,14 @@ class Bringup:
         return out
 
 
+def _watch_command(a: argparse.Namespace, s: Settings) -> str:
+    """The pool-status line that shows this launch from the same shell: the folders it was given on its command
+    line, and its Redis (an embedded one no setting names; a URL that holds a password is left to the settings)."""
+    flags = [f"--{k.replace('_', '-')} {getattr(a, k)}" for k in ("root", "results", "protocol_file") if getattr(a, k)]
+    redis = [] if "@" in s.redis_url else [f"--redis-url {s.redis_url}"]
+    return " ".join(["pool-status --watch", *flags, *redis])
+
+
 def _supervise(
     procs: Procs,
     s: Settings,
@@ -476,9 +484,9 @@ def _supervise(
                 continue
             for k in range(sizes[srv.steps].processes):
                 sup.add(*worker_starter(srv, k), srv.steps)
-            print(f"{srv.name}: {sizes[srv.steps].processes} worker(s) started; progress: pool-status --watch; "
+            print(f"{srv.name}: {sizes[srv.steps].processes} worker(s) started; progress: {_watch_command(a, s)}; "
                   f"logs in {s.logs_dir}", flush=True)  # fmt: skip
-            if not ready.pending:
+            if not ready.pending and not failed:  # a server that failed in this same round is not healthy
                 print("all servers healthy")
         if not sup.step(work_left) and not ready.pending:
             break

@@ -274,9 +274,12 @@ def test_a_simulated_launch_names_the_simulators_options_and_what_its_workers_se
     """`pool-launch --sim` names the simulator's options (the release it answers as, the batch endpoint, its
     processor cache: its own arguments, read by its own parser), never a vLLM's; once a server is healthy, what
     its workers will send, from its /openapi.json, as each worker's log then says: batches where it lists the
-    endpoint, one request per forward under POOL_BATCH=off."""
-    env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(port0())}
-    launch = [sys.executable, "-m", "pool_queue.commands.launch", "--sim", "--burst", "--step"]
+    endpoint, one request per forward under POOL_BATCH=off. The progress line it prints shows this launch, as
+    printed, from the same shell."""
+    env = {k: v for k, v in os.environ.items() if k != "POOL_ROOT"}
+    env |= {"REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(port0())}
+    launch = [sys.executable, "-m", "pool_queue.commands.launch", "--root", str(pool_root), "--sim", "--burst"]
+    launch.append("--step")
     logs = pool_root / "logs"
     for step, batch, said, client in (
         ("1", "off", "POOL_BATCH=off: the workers send one request per forward", "one request per forward (batch=off"),
@@ -291,6 +294,12 @@ def test_a_simulated_launch_names_the_simulators_options_and_what_its_workers_se
         assert len(healthy) == 1 and healthy[0].endswith(said), out.stdout
         assert "server options" not in out.stdout and "no batch endpoint" not in out.stdout, out.stdout
         assert client in (logs / f"client_s{step}_gpu0.log").read_text()
+    watch = out.stdout.split("progress: ", 1)[1].split(";", 1)[0]
+    assert watch == f"pool-status --watch --root {pool_root} --redis-url {redis_url}", out.stdout
+    shown = subprocess.run([str(BIN / "pool-status"), *watch.split()[2:], "--json", "--no-health"], env=env,
+                           capture_output=True, text=True, timeout=120, cwd=pool_root.parent)  # fmt: skip
+    st = json.loads(shown.stdout)
+    assert st["results"] == str(pool_root / "results" / "pool") and st["screen"] and not st["redis_error"], st
 
 
 def test_one_gpu_that_holds_both_models_serves_them_at_once(pool_root, redis_url):
