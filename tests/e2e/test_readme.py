@@ -182,5 +182,7 @@ def test_make_test_runs_what_needs_no_vllm_before_it_builds_the_vllm_environment
         "-m 'not vllm'",
         "-m vllm",
         "-m vllm",
-        "tests/unit/test_lease.py tests/e2e/test_recovery.py",
+        "tests/unit/test_lease.py tests/e2e/test_recovery.py \\",
     ]
+    busy = "tests/e2e/test_status_view.py::test_rq_shows_a_worker_busy_while_it_holds_jobs_and_idle_once_it_holds_none"
+    assert out[out.index(tests[-1]) + 1].strip() == busy  # RQ's view of a worker, on the oldest RQ too
