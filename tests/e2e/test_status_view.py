@@ -169,3 +169,20 @@ def test_status_names_the_window_of_each_rate_and_agrees_with_the_report(pool_ro
     plain.terminate()
     plain.wait(30)
     assert f"/s over 5m, {working[1]}/s while working, ETA " in first, first  # no worker: no 5-minute rate
+
+
+def test_a_worker_that_redis_lost_is_listed_by_rq_again(stack):
+    """Redis flushed under a busy worker: its next heartbeat registers it again, whole, however its jobs end
+    meanwhile (the state it shows never stands in for the worker RQ lists)."""
+    url = stack.sim("sim", "qwen3-vl-8b", "--speed", "0.5")
+    stack.enqueue(1, chunk_size=4, limit=40)
+    stack.worker("w", url, "--steps", "1", "--inflight", "8", env={"POOL_HEARTBEAT_S": "8", "POOL_LEASE_S": "20"})
+    deadline = time.monotonic() + 60
+    while not any(w.get_state() == "busy" for w in Worker.all(connection=stack.conn)):
+        assert time.monotonic() < deadline, stack.log("w")
+        time.sleep(0.05)
+    stack.conn.flushall()  # its jobs end as not its own any more, each a change of what it holds
+    while not (listed := Worker.all(connection=stack.conn)):
+        assert time.monotonic() < deadline + 60, stack.log("w")
+        time.sleep(0.1)
+    assert [w.name.split(".")[0] for w in listed] == ["w"] and listed[0].birth_date is not None, listed
