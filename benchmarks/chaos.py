@@ -83,6 +83,8 @@ class Report:
     moved_s: dict[str, list[float]] = field(default_factory=dict)  # fault kind -> its held jobs running again
     unmoved: list[str] = field(default_factory=list)  # faults whose held jobs had not run again at the end
     flushed: int = 0  # held jobs a FLUSHALL deleted before they ran again (the recovery re-queues their items)
+    dead_leases: int = 0  # leases of killed workers' jobs followed until the jobs were back
+    renewed: list[str] = field(default_factory=list)  # any of those leases extended after the kill: none may be
     audit_ok: bool = False
     audit_tail: str = ""
 
@@ -99,6 +101,7 @@ class Killed:
     wall: float = field(default_factory=time.time)  # the fault's wall-clock time (RQ's started_at is one)
     queued: bool = False
     overlapped: bool = False  # Redis was restarted or flushed while its jobs were not yet back
+    leases: dict[str, float] = field(default_factory=dict)  # kill -9: its jobs' runs -> expiry (Redis's clock)
 
 
 OOM_UNDO = "maxmemory 0"
@@ -159,6 +162,8 @@ class Chaos:
         self.back_queued_overlapped: list[float] = []  # the same, for kills overlapping a Redis fault
         self.moved: dict[str, list[float]] = {}  # per fault kind: until the jobs it held ran again elsewhere
         self.flushed = 0  # held jobs a FLUSHALL deleted before they ran again
+        self.dead_leases = 0
+        self.renewed: list[str] = []
 
     def _redis(self) -> str:
         return self.procs.redis(self.redis_port, self.root.parent / "chaos-redis", aof=True)
@@ -288,6 +293,9 @@ class Chaos:
         held = self._watch(kind, name)
         if kind == "worker":
             proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            self.watch[-1].leases = self._leases(set(held))  # as its last heartbeat left them
+            self.dead_leases += len(self.watch[-1].leases)
             return f"kill -9 {name} ({len(held)} jobs)"
         if kind == "worker-stop":
             proc.send_signal(signal.SIGSTOP)
@@ -325,6 +333,16 @@ class Chaos:
         ids = [j for s in STEPS for j in self.screen.queue(s).started_job_registry.get_job_ids(cleanup=False)]
         return {j.id: j for j in Job.fetch_many(ids, connection=self.conn, serializer=JSONSerializer) if j is not None}
 
+    def _leases(self, ids: set[str]) -> dict[str, float]:
+        """The leases of these jobs' runs in the started registries: each run (job:execution) -> its expiry
+        on Redis's clock, read without RQ's cleanup."""
+        try:
+            regs = [self.screen.queue(s).started_job_registry.key for s in STEPS]
+            runs = ((m.decode(), score) for key in regs for m, score in self.conn.zrange(key, 0, -1, withscores=True))
+            return {run: score for run, score in runs if run.split(":")[0] in ids}
+        except Exception:
+            return {}  # Redis away for a moment: look again next time
+
     def _held_by(self, name: str) -> dict[str, str]:
         try:
             running = self._running().items()
@@ -343,6 +361,10 @@ class Chaos:
         except Exception:
             return  # Redis away for a moment: look again next time
         for k in list(self.watch):
+            if k.leases and not k.queued:  # nothing renews a dead worker's lease: it runs out, then a rescue
+                now = self._leases(set(k.held))
+                self.renewed += [f"{run}: {k.leases[run]} -> {t}" for run, t in now.items() if run in k.leases
+                                 and t > k.leases[run]]  # fmt: skip
             moved = {  # running again: under another worker, or started anew (a worker that held it took it back)
                 jid: ((job := now_running.get(jid)) is not None and (job.worker_name != old or _after(job, k.wall)))
                 or (job is None and self._status(jid) == JobStatus.FINISHED)
@@ -368,6 +390,7 @@ class Chaos:
         rep.back_queued_s, rep.back_running_s = list(self.back_queued), list(self.moved.get("worker", []))
         rep.moved_s = {k: list(v) for k, v in self.moved.items()}
         rep.flushed = self.flushed
+        rep.dead_leases, rep.renewed = self.dead_leases, list(self.renewed)
         rep.unmoved = [f"{k.kind} at {k.at - self.t0:.1f} s: {self._statuses(k.held)}" for k in self.watch if k.held]
         rep.back_queued_overlapped_s = list(self.back_queued_overlapped)
         for step in STEPS:

@@ -4,7 +4,10 @@ Problems (non-zero exit): a row that does not parse or validate, a torn line, ro
 one protocol, a step-1 ok row without its orders, duplicate ok rows that disagree, a step-2 row
 for an item that was not a step-1 survivor with frames, a step-3 row for an item that was not a
 step-2 survivor, rows for unknown items. Warnings: repeated rows that agree (a crash repeat,
-resolved at read time), and steps not finished yet (problems with `complete=True`).
+resolved at read time), steps not finished yet, and survivors never screened by a step with frames
+because their video is not `k:` and the frame cache is absent, empty or short of its manifest
+(`plan.cache_shortfall`); the last two are problems with `complete=True` (frames: unless
+`allow_missing_frames`). Survivors of `k:` videos are no finding: they have no frames by design.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import pyarrow.compute as pc
 from pydantic import ValidationError
 
 from .items import ItemSet
-from .plan import eligible
+from .plan import cache_shortfall, eligible, frameless
 from .progress import byte_progress
 from .protocol import Protocol
 from .rows import Row
@@ -52,8 +55,17 @@ class Audit:
 
 
 def run_audit(
-    root: Path, protocol: Protocol, items: ItemSet, frames_dir: Path, complete: bool = False, show: bool = True
+    root: Path,
+    protocol: Protocol,
+    items: ItemSet,
+    frames_dir: Path,
+    complete: bool = False,
+    show: bool = True,
+    tar_dir: Path | None = None,
+    allow_missing_frames: bool = False,
 ) -> Audit:
+    """The audit of a results root; `tar_dir`: the frame shards' folder, whose manifest tells a cache short of
+    its videos from one whole per its snapshot (None: no manifest to go by)."""
     a = Audit()
     segs = [(step, seg) for step in sorted(protocol.steps) for seg in Store(root, protocol.fingerprint).segments(step)]
     a.segments = len(segs)
@@ -83,6 +95,14 @@ def run_audit(
                 frames = " with frames" if protocol.steps[step].frames != "none" else ""
                 why = f"step-{prev} survivors{frames}"
                 a.problem("chain", f"step {step}: {len(stray)} rows for items that are not {why}", stray.to_pylist())
+            bare = frameless(protocol, step, items.items, store, frames_dir)
+            if bare.other and (short := cache_shortfall(frames_dir, tar_dir)) is not None:
+                (a.problem if complete and not allow_missing_frames else a.warn)(
+                    "frames",
+                    f"step {step}: {bare.other} survivors of step {prev} ({bare.other_videos} videos that are not "
+                    f"`k:`) were never screened, as {short}: fill it (`pool-frames`, `pool-fetch --frames`), then "
+                    f"pool-enqueue --step {step}",
+                )
         settled = pc.sum(pc.is_in(elig, value_set=store.settled(step))).as_py() or 0
         left = len(elig) - settled
         if left:

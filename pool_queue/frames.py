@@ -183,6 +183,34 @@ def _to_rgb(im: Image.Image) -> Image.Image:
     return im.convert("RGB")
 
 
+def served_size(w: int, h: int, long_side: int = 448) -> tuple[int, int]:
+    """The size a w x h frame is served at: its long side `long_side`, its aspect kept."""
+    scale = long_side / max(w, h)
+    return (long_side, max(1, round(h * scale))) if w >= h else (max(1, round(w * scale)), long_side)
+
+
+def sample_sizes(frames_dir: Path, videos: int) -> list[tuple[int, int]]:
+    """The pixel sizes of the first frame of up to `videos` video folders (headers only, nothing decoded);
+    empty when the cache has no readable frame folder."""
+    out: list[tuple[int, int]] = []
+    try:
+        entries = os.scandir(frames_dir)
+    except OSError:
+        return out
+    with entries:
+        for e in entries:
+            if len(out) >= videos:
+                break
+            try:
+                frames = list_frames(Path(e.path), frames_dir) if e.is_dir() else []
+                if frames:
+                    with Image.open(frames[0]) as im:
+                        out.append(im.size)
+            except (OSError, RuntimeError, UnidentifiedImageError, Image.DecompressionBombError):
+                continue
+    return out
+
+
 def prepare_jpeg(path: Path, long_side: int = 448, quality: int = 95, max_pixels: int = DEFAULT_MAX_PIXELS) -> bytes:
     """JPEG bytes with the long side exactly `long_side`, upright (EXIF orientation applied, as viewers
     show it); a conforming upright RGB JPEG passes unchanged. A frame that is unreadable, larger than
@@ -211,11 +239,8 @@ def prepare_jpeg(path: Path, long_side: int = 448, quality: int = 95, max_pixels
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
         why = "not a recognised image file" if isinstance(e, UnidentifiedImageError) else str(e)
         raise FrameError(f"{name}: unreadable image ({printable(why)})") from e
-    w, h = rgb.size
-    scale = long_side / max(w, h)
-    size = (long_side, max(1, round(h * scale))) if w >= h else (max(1, round(w * scale)), long_side)
     out = io.BytesIO()
-    rgb.resize(size, Image.Resampling.LANCZOS).save(out, format="JPEG", quality=quality)
+    rgb.resize(served_size(*rgb.size, long_side), Image.Resampling.LANCZOS).save(out, format="JPEG", quality=quality)
     return out.getvalue()
 
 

@@ -27,16 +27,21 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SetupError
+from .frames import sample_sizes, served_size
 from .protocol import Protocol
 from .settings import Settings
-from .sizing import FALLBACK_SEQS, many_images
+from .sizing import FALLBACK_SEQS, Sizing, frame_tokens, many_images, step_budget
 from .sizing import MAX_MODEL_LEN as MAX_MODEL_LEN  # the server's limit: the simulator refuses what vLLM does
 
 SIM_COMMAND = (sys.executable, "-m", "pool_queue.sim")  # the simulated server; its arguments follow
 MAX_PIXELS = 448 * 448  # the processor never upsizes a protocol frame past 448 x 448
 # Prefill budget per engine step: a model whose requests carry many images gets twice the tokens
-# (step 3's 32 images: 6.0 -> 6.9 req/s, measured).
+# (step 3's 32 images: 6.0 -> 6.9 req/s, measured). MAX_BATCHED_TOKENS=derived sizes it from the frames.
 BATCHED_TOKENS, BATCHED_TOKENS_MANY_IMAGES = 16384, 32768
+# The first release whose encoder outputs stay held across two engine steps: async scheduling on by default
+# and outputs freed only after their step ran (read in 0.26.0's and 0.32.0's source; 0.11.0 does neither).
+TWO_STEPS_SINCE = "0.12.0"
+FRAME_SAMPLE = 16  # video folders whose first frame tells the pool's frame size
 # Flags that change only throughput, and the first vLLM release that knows each (from its source).
 OPTIONAL_FLAGS = {
     "--api-server-count": "0.10.0",
@@ -308,6 +313,73 @@ def images_per_prompt(protocol: Protocol, steps: tuple[int, ...]) -> int:
     return max(len(protocol.frame_indices(s, protocol.steps[s].n_frames or 1)) for s in steps)
 
 
+def steps_held(release: str | None) -> int:
+    """Engine steps whose encoder outputs a server holds at once. vLLM sizes the vision encoder's budget per
+    step and its output cache both to `--max-num-batched-tokens`. 0.11.0 runs one step at a time (async
+    scheduling off) and frees a request's encoder inputs once it is scheduled: 1. From TWO_STEPS_SINCE async
+    scheduling keeps two steps in flight and outputs are freed only after their step ran: 2. An unknown
+    release is taken as a newer one."""
+    return 1 if release is not None and _release_key(release) < _release_key(TWO_STEPS_SINCE) else 2
+
+
+@dataclass(frozen=True)
+class Frame:
+    """The frame size served to the model, and where it was read."""
+
+    width: int
+    height: int
+    source: str
+
+    @property
+    def tokens(self) -> int:
+        return frame_tokens(self.width, self.height)
+
+
+def served_frame(s: Settings, protocol: Protocol) -> Frame:
+    """The pool's frames as served (long side `image_long_side`): the one of most tokens among the first frames
+    of FRAME_SAMPLE videos; without frames on disk the protocol's largest, a square one."""
+    side = protocol.image_long_side
+    read = sample_sizes(s.frames_dir, FRAME_SAMPLE)
+    if not read:
+        return Frame(side, side, "the protocol's largest")
+    w, h = max((served_size(w, h, side) for w, h in read), key=lambda wh: frame_tokens(*wh))
+    return Frame(w, h, f"the pool's frames: the largest of {len(read)} videos' first")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """`--max-num-batched-tokens` for one model group, and its plan line."""
+
+    tokens: int
+    why: str
+
+
+def default_budget(protocol: Protocol, steps: tuple[int, ...]) -> int:
+    return BATCHED_TOKENS_MANY_IMAGES if many_images(protocol, steps) else BATCHED_TOKENS
+
+
+def batched_tokens(
+    s: Settings, protocol: Protocol, steps: tuple[int, ...], sized: Sizing, release: str | None
+) -> Budget:
+    """The user's MAX_BATCHED_TOKENS for every server; `derived` sizes a many-image group's from its frames per
+    item, the frame size served (`served_frame`) and the release (`steps_held`, `sizing.step_budget`);
+    otherwise the default."""
+    name, default = f"steps {','.join(map(str, steps))}: --max-num-batched-tokens", default_budget(protocol, steps)
+    if isinstance(s.max_batched_tokens, int):
+        return Budget(s.max_batched_tokens, f"{name} {s.max_batched_tokens:,}: MAX_BATCHED_TOKENS as set")
+    if s.max_batched_tokens is None or default == BATCHED_TOKENS:
+        derive = "; MAX_BATCHED_TOKENS=derived sizes it from the frames" if default != BATCHED_TOKENS else ""
+        return Budget(default, f"{name} {default:,}: the default{derive}")
+    frames, held, frame = images_per_prompt(protocol, steps), steps_held(release), served_frame(s, protocol)
+    per_video = frames * frame.tokens
+    how = "two steps in flight" if held == 2 else "one step at a time"
+    on = f"vLLM {release}" if release else "an unknown vLLM release, taken as a newer one"
+    tokens, why = step_budget(per_video, held, default, sized)
+    return Budget(tokens, (f"{name} {tokens:,} (MAX_BATCHED_TOKENS=derived, not measured yet): {frames} frames x "
+                           f"{frame.tokens} tokens ({frame.width}x{frame.height}, {frame.source}) = {per_video:,} per "
+                           f"video; {on} holds encoder outputs for {how}: {why}"))  # fmt: skip
+
+
 def snapshot(protocol: Protocol, steps: tuple[int, ...], sim: bool) -> str:
     """The local snapshot folder of the pinned revision (so /v1/models shows the revision)."""
     spec = protocol.steps[steps[0]]
@@ -327,10 +399,12 @@ def server_argv(
     tuning: Tuning | None,
     known: frozenset[str] | None = None,
     max_seqs: int | None = None,
+    budget: int | None = None,
 ) -> list[str]:
     """`tuning`: the throughput-only options (none: vLLM's defaults; a simulator takes none of them).
     `known`: the optional flags the installed vLLM accepts (`vllm_flags`); None passes them all.
-    `max_seqs`: the derived batch (`sizing.size`), when MAX_SEQS is not set."""
+    `max_seqs`: the derived batch (`sizing.size`), when MAX_SEQS is not set; `budget`: the prefill budget
+    (`batched_tokens`), else the default."""
     spec, images = protocol.steps[srv.steps[0]], images_per_prompt(protocol, srv.steps)
     fixed = [
         "--served-model-name", spec.served_name,
@@ -348,7 +422,7 @@ def server_argv(
         "--gpu-memory-utilization", str(srv.util or s.gpu_util),
         "--mm-processor-kwargs", json.dumps({"max_pixels": MAX_PIXELS}),
         "--dtype", "bfloat16",
-        "--max-num-batched-tokens", str(BATCHED_TOKENS_MANY_IMAGES if images > 1 else BATCHED_TOKENS),
+        "--max-num-batched-tokens", str(budget or default_budget(protocol, srv.steps)),
         *(optional_args(tuning, known) if tuning else []),
     ]  # fmt: skip
 

@@ -1,4 +1,5 @@
-"""vLLM's prefix-cache hit rate per step: what sending a video's items together buys (steps 2 and 3).
+"""What a worker reads of its server's own /metrics: the prefix-cache hit rate per step (what sending a
+video's items together buys, steps 2 and 3) and the engine's state (what limits a step now).
 
 Each worker reads its server's two counters (`vllm:prefix_cache_queries_total` and
 `vllm:prefix_cache_hits_total`, in prompt tokens, since the server started) every few seconds. It
@@ -6,11 +7,16 @@ charges each change to the steps whose forwards it finished meanwhile, in propor
 tokens, and keeps the sums in one small JSON file per worker run under `<results>/prefix_cache/`
 (replaced atomically). pool-status and the report add the files up. When several workers share one
 server, each charges the server's whole change: the rate stays right, the token sums are a multiple.
+
+The same read gives the engine's view (`Engine`): requests running and waiting, the tokens of its steps
+since the read before (`vllm:iteration_tokens_total`), KV cache use, and the processor cache's hit rate
+(`vllm:mm_cache_*`, from 0.26 on). The worker publishes it with its presence for pool-status.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -22,15 +28,72 @@ QUERIES = "vllm:prefix_cache_queries_total"
 HITS = "vllm:prefix_cache_hits_total"
 DIR = "prefix_cache"
 log = logging.getLogger(__name__)
-_SAMPLE = re.compile(r"^(vllm:prefix_cache_(?:queries|hits)_total)(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$", re.M)
+_SAMPLE = re.compile(r"^(vllm:[a-z_]+)(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$", re.M)
+# The engine's figures, by their names in vLLM 0.11.0, 0.26.0 and 0.32.0 (vllm/v1/metrics/loggers.py); the
+# KV cache's use is `vllm:gpu_cache_usage_perc` before `kv_cache_usage_perc` (0.11.0 exports both).
+RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+STEP_TOKENS, STEPS = "vllm:iteration_tokens_total_sum", "vllm:iteration_tokens_total_count"
+MM_QUERIES, MM_HITS = "vllm:mm_cache_queries_total", "vllm:mm_cache_hits_total"
+
+
+def samples(text: str) -> dict[str, float]:
+    """Every `vllm:` sample of a /metrics page, summed over label sets (a server's engines; a histogram's
+    buckets too, a sum no one reads)."""
+    sums: dict[str, float] = {}
+    for name, value in _SAMPLE.findall(text):
+        if not math.isnan(v := float(value)):
+            sums[name] = sums.get(name, 0.0) + v
+    return sums
 
 
 def parse(text: str) -> tuple[float, float] | None:
     """(queries, hits) summed over label sets; None when the server does not export them."""
-    sums: dict[str, float] = {}
-    for name, value in _SAMPLE.findall(text):
-        sums[name] = sums.get(name, 0.0) + float(value)
+    return counters(samples(text))
+
+
+def counters(sums: dict[str, float]) -> tuple[float, float] | None:
     return (sums[QUERIES], sums.get(HITS, 0.0)) if QUERIES in sums else None
+
+
+class Engine(BaseModel):
+    """A server's engine as its own /metrics showed it at one read (None: not exported by its release)."""
+
+    running: float  # requests the engine runs now
+    waiting: float  # requests admitted by the API server that wait for the engine
+    tokens_per_step: float | None = None  # mean tokens of the engine steps since the read before
+    steps: float | None = None  # engine steps since the read before
+    kv_cache_usage: float | None = None  # share of the KV cache in use
+    processor_cache_hit_rate: float | None = None  # the API servers' multimodal cache, since the server started
+
+
+@dataclass
+class EngineMeter:
+    """The engine's view from each read; tokens per step over the interval since the read before."""
+
+    last: tuple[float, float] | None = None  # (step tokens, steps) at the read before
+    view: Engine | None = None
+
+    def read(self, sums: dict[str, float]) -> Engine | None:
+        """The view of this read (kept in `view`); None when the server exports no request counts."""
+        if RUNNING not in sums or WAITING not in sums:
+            self.view = None
+            return None
+        tokens_per_step = steps = None
+        if STEPS in sums and STEP_TOKENS in sums:
+            now, last = (sums[STEP_TOKENS], sums[STEPS]), self.last
+            self.last = now
+            if last is not None and now[1] >= last[1]:  # else the first read, or a restarted server
+                steps = now[1] - last[1]
+                tokens_per_step = (now[0] - last[0]) / steps if steps else None
+        kv = next((sums[k] for k in KV_USAGE if k in sums), None)
+        mm = sums.get(MM_QUERIES)
+        hit = sums.get(MM_HITS, 0.0) / mm if mm else None
+        self.view = Engine(
+            running=sums[RUNNING], waiting=sums[WAITING], tokens_per_step=tokens_per_step, steps=steps,
+            kv_cache_usage=kv, processor_cache_hit_rate=hit,
+        )  # fmt: skip
+        return self.view
 
 
 class StepCache(BaseModel):

@@ -43,6 +43,11 @@ class Settings(BaseSettings):
     )
     hf_token: SecretStr | None = Field(default=None, validation_alias=AliasChoices("HF_TOKEN", "POOL_HF_TOKEN"))
     protocol_file: Path | None = Field(default=None, description="protocol JSON replacing the built-in v1")
+    allow_missing_frames: bool = Field(
+        default=False,
+        description="steps with frames run (and pool-audit --complete passes) although videos that are not `k:` "
+        "have no frame folder in a cache that is absent, empty or short of its manifest: they are meant to be missing",
+    )
 
     # The run package's launcher knobs, with its defaults.
     ngpu: int | None = Field(default=None, validation_alias=AliasChoices("NGPU", "POOL_NGPU"), ge=0)
@@ -59,6 +64,12 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("MAX_SEQS", "POOL_MAX_SEQS"),
         ge=1,
         description="vLLM --max-num-seqs; default per model group from the GPU's memory (pool_queue.sizing)",
+    )
+    max_batched_tokens: int | Literal["derived"] | None = Field(
+        default=None,
+        validation_alias=AliasChoices("MAX_BATCHED_TOKENS", "POOL_MAX_BATCHED_TOKENS"),
+        description="vLLM --max-num-batched-tokens for every server; `derived`: step 3's from its frames and the "
+        "vLLM release (pool_queue.sizing.step_budget); default 32768 for steps with many images, else 16384",
     )
     py: str = Field(default="python3", validation_alias=AliasChoices("PY", "POOL_PY"))
     vllm: str = Field(default="vllm", validation_alias=AliasChoices("VLLM", "POOL_VLLM"))
@@ -114,6 +125,17 @@ class Settings(BaseSettings):
             raise ValueError(f"heartbeat_s ({self.heartbeat_s}) must be at most half of lease_s ({self.lease_s})")
         return self
 
+    @field_validator("max_batched_tokens", mode="before")
+    @classmethod
+    def _budget(cls, v: Any) -> Any:
+        """A whole number of tokens above 0, or `derived`; anything else is named as it was given."""
+        text = str(v).strip()
+        if v is None or text == "derived":
+            return None if v is None else "derived"
+        if isinstance(v, bool) or not text.isdigit() or int(text) < 1:
+            raise ValueError(f"{v!r} is neither a number of tokens above 0 nor derived")
+        return int(text)
+
     @field_validator("redis_url")
     @classmethod
     def _redis_url(cls, v: str) -> str:
@@ -138,6 +160,11 @@ class Settings(BaseSettings):
     @property
     def frames_dir(self) -> Path:
         return self.root / "frames" / "pool_frames"
+
+    @property
+    def frames_tar_dir(self) -> Path:
+        """The frame shards and their manifest (`frames_manifest.json`), as the run package downloads them."""
+        return self.root / "frames_tar"
 
     @property
     def results_dir(self) -> Path:

@@ -13,7 +13,7 @@ import json
 import tarfile
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from .errors import InputError
 from .progress import byte_progress
@@ -40,7 +40,10 @@ def read_manifest(tar_dir: Path) -> Manifest:
     path = tar_dir / MANIFEST
     if not path.is_file():
         raise ShardError(f"{path} not found")
-    m = Manifest.model_validate_json(path.read_text(encoding="utf-8"))
+    try:
+        m = Manifest.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValidationError as e:  # the screen reads it too (`plan.cache_shortfall`): one line, not a traceback
+        raise ShardError(f"{path} is not a frames manifest ({str(e).splitlines()[0]}): download it again") from None
     for s in m.shards:
         if "/" in s.file or "\\" in s.file or s.file.startswith("."):
             raise ShardError(f"{path}: shard name {s.file!r} is not a plain file name")
@@ -101,4 +104,10 @@ def _unpack(tar_dir: Path, frames_dir: Path, shards: list[Shard], marker: Path, 
             tmp.write_text(json.dumps(sorted(done)))
             tmp.replace(marker)
             advance((tar_dir / s.file).stat().st_size)
+    return video_folder_count(frames_dir)
+
+
+def video_folder_count(frames_dir: Path) -> int:
+    """The folders in the cache, as the manifest's `n_videos` counts them (links to folders included; a link
+    that loops or leads nowhere is no folder)."""
     return sum(1 for p in frames_dir.iterdir() if p.is_dir())

@@ -33,13 +33,19 @@ KV_BYTES = {"Qwen/Qwen3-VL-8B-Instruct": 36 * 8 * 128 * 2 * 2, "Qwen/Qwen3-VL-2B
 WEIGHTS_GIB = {"Qwen/Qwen3-VL-8B-Instruct": 16.4, "Qwen/Qwen3-VL-2B-Instruct": 4.4}
 OVERHEAD_GIB = 4.0  # activations, CUDA graphs and the vision encoder's cache beside weights and KV
 TEXT_TOKENS = 330  # step 2's question + options + the prefilled answer (step 1's is ~210)
-FRAME_TOKENS = 196  # one 448 x 448 frame after Qwen3-VL's 2 x 2 merge (a 448 x 252 one is 112)
+FRAME_TOKENS = 196  # one 448 x 448 frame after Qwen3-VL's 2 x 2 merge (a 448 x 252 one is 112): `frame_tokens`
 CAP = {"few images": 256, "many images": 64}  # the best measured on the H200 (h200.md)
 FALLBACK_SEQS = 64  # the run package's value, when the GPU's memory cannot be read
 MIN_SEQS = 8  # the smallest batch a server is given
 MAX_MODEL_LEN = 8192  # step 3: 32 x 196 tokens for square 448-px frames, + text
 HIGH_UTIL = 0.95  # the GPU_UTIL a refusal may suggest: vLLM's own default is 0.9
 PER_PROCESS = 128  # forwards in flight per worker process for short prompts (one event loop's share)
+# The prefill budget per engine step (`--max-num-batched-tokens`) sized from the frames (`step_budget`).
+VIDEOS_PER_STEP = 5  # new videos whose encoder outputs one step holds: 65,536 is 5 square 32-frame videos twice
+# GPU memory per budgeted token beyond the default budget, an upper estimate from the 2B's config: the vision
+# tower's MLP over the token's four patches, the language model's MLP, and the encoder cache's embedding with
+# its deepstack levels (~128 KiB; 32,768 tokens: the ~4 GiB of OVERHEAD_GIB).
+ACTIVATION_BYTES_PER_TOKEN = 128 * 1024
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,7 @@ class Sizing:
     why: str  # one line: what was chosen and from what
     warning: str | None = None  # the model fits, with room for only a small batch
     refusal: str | None = None  # the model does not fit with one full-length sequence: vLLM would not start
+    spare_gib: float | None = None  # KV cache room left beside the batch's prompts (`copies` times over)
 
     @property
     def per_process(self) -> int:
@@ -94,6 +101,7 @@ def size(
     spread = f"{procs} worker processes x {-(-flight // procs)}" if procs > 1 else "1 worker process"
     line = f"steps {','.join(map(str, steps))}: MAX_SEQS {seqs}, {flight} in flight per server ({how}; {spread}); {why}"
     warning = refusal = None
+    spare = None if kv_gib is None else kv_gib - copies * seqs * tokens * _kv_bytes(protocol, steps) / GIB
     if gpu_gib is not None and kv_gib is not None:
         head = f"steps {','.join(map(str, steps))}: {_budget(protocol, steps, gpu_gib, gpu_util, kv_gib)}"
         need = MAX_MODEL_LEN * _kv_bytes(protocol, steps) / GIB
@@ -106,7 +114,42 @@ def size(
         elif fits < copies * MIN_SEQS:
             warning = (f"{head}: room for {fits:,} prompts of ~{tokens:,} tokens, where a batch of {MIN_SEQS} "
                        f"wants {copies * MIN_SEQS:,}; the screen runs, slowly (best batch: {cap})")  # fmt: skip
-    return Sizing(seqs, flight, procs, line, warning, refusal)
+    return Sizing(seqs, flight, procs, line, warning, refusal, spare)
+
+
+def frame_tokens(w: int, h: int) -> int:
+    """Qwen3-VL: 16-px patches merged 2x2, sides rounded to multiples of 32 (448x448 -> 196, 448x252 -> 112)."""
+    return max(1, round(w / 32)) * max(1, round(h / 32))
+
+
+def step_budget(per_video: int, steps_held: int, default: int, sized: Sizing) -> tuple[int, str]:
+    """`--max-num-batched-tokens` for a many-image group: VIDEOS_PER_STEP videos of `per_video` encoder tokens,
+    once per engine step whose encoder outputs the server holds at a time (`steps_held`), up to a power of two;
+    never below one full-length prompt. vLLM sizes the vision encoder's budget and its output cache to this
+    number, and its activations grow with it: a budget above `default` must fit the KV cache room the batch
+    leaves (`sized.spare_gib`), else the largest power of two that does, else `default`. Returns the budget
+    and why, in words."""
+    want = VIDEOS_PER_STEP * per_video * steps_held
+    budget = max(MAX_MODEL_LEN, 1 << (want - 1).bit_length())
+    held = "twice over" if steps_held == 2 else "once"
+    why = f"{VIDEOS_PER_STEP} videos {held} = {want:,}, up to a power of two"
+    if budget <= default:
+        return budget, why
+    if sized.spare_gib is None:
+        return default, f"{why} gives {budget:,}, but the GPU's memory is unknown: the default {default:,}"
+    fits = budget
+    while fits > default and activation_gib(fits - default) > sized.spare_gib:
+        fits //= 2
+    room = f"the {max(sized.spare_gib, 0):.1f} GiB of KV cache the batch leaves"
+    if fits <= default:
+        return default, f"{why} gives {budget:,}, whose activations would not fit {room}: the default {default:,}"
+    extra = f"{activation_gib(fits - default):.1f} GiB of activations over {default:,}'s fit {room}"
+    return fits, (f"{why}; {extra}" if fits == budget else f"{why} gives {budget:,}, lowered so that {extra}")
+
+
+def activation_gib(tokens: int) -> float:
+    """GPU memory that `tokens` more of the prefill budget take (ACTIVATION_BYTES_PER_TOKEN)."""
+    return tokens * ACTIVATION_BYTES_PER_TOKEN / GIB
 
 
 def _kv_room(protocol: Protocol, steps: tuple[int, ...], gpu_gib: float, gpu_util: float) -> float:

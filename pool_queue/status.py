@@ -38,6 +38,7 @@ class StepStatus(BaseModel):
     removed: int
     errors: int  # items whose winning row is an error
     no_frames: int = 0  # survivors of the step before whose video has no frames: never screened here (plan.frameless)
+    no_frames_other: int = 0  # of those, of videos that are not `k:`: their folder belongs in the cache
     remaining: int  # the run package's REMAINING_TOTAL: eligible - done, plus what may still become eligible
     queued_jobs: int | None  # None: Redis unreachable
     queued_items: int | None  # eligible items still to do whose job waits (disjoint from done and running)
@@ -56,6 +57,14 @@ class WorkerStatus(presence.WorkerSnapshot):
     health: bool | None = None  # /health of its server answered 200 just now
 
 
+class ServerStatus(BaseModel):
+    """A model server as vLLM's own /metrics show it, from its workers' latest read."""
+
+    server: str
+    steps: list[int]  # the steps its workers take
+    engine: prefix_cache.Engine
+
+
 class FailedJob(BaseModel):
     job_id: str
     step: int
@@ -68,6 +77,7 @@ class RunStatus(BaseModel):
     screen: str | None  # this results root's id in Redis (None before anything was enqueued or run)
     steps: list[StepStatus]
     workers: list[WorkerStatus]
+    servers: list[ServerStatus] = []  # the servers whose workers read an engine view from their /metrics
     failed: list[FailedJob] = []
     other_screens: list[str] = []  # other screens sharing this Redis
     redis_error: str | None = None
@@ -131,6 +141,7 @@ class StatusReader:
             screen=screen.id if screen else None,
             steps=steps,
             workers=workers,
+            servers=servers(workers),
             failed=failed,
             other_screens=others,
             redis_error=redis_error,
@@ -156,6 +167,7 @@ class StatusReader:
         upper = len(reachable(self.protocol, step, self.items.items, self.store, self.frames_dir)) if open_before else 0
         remaining = max(upper, len(elig)) - done
         moving = rates[1] > 0 and remaining and workers != 0
+        bare = frameless(self.protocol, step, self.items.items, self.store, self.frames_dir)
         return StepStatus(
             step=step,
             eligible=len(elig),
@@ -163,7 +175,8 @@ class StatusReader:
             ok=_count(ok),
             removed=_count(pc.and_(ok, pc.fill_null(w.column("removed"), False))),
             errors=w.num_rows - _count(ok),
-            no_frames=frameless(self.protocol, step, self.items.items, self.store, self.frames_dir),
+            no_frames=bare.total,
+            no_frames_other=bare.other,
             remaining=remaining,
             queued_jobs=q.queued_jobs if q else None,
             queued_items=queued if q else None,
@@ -188,6 +201,18 @@ class StatusReader:
 
 
 _NONE = pa.array([], pa.string())
+
+
+def servers(workers: list[WorkerStatus]) -> list[ServerStatus]:
+    """Each server once: the view of the worker that read it last (several workers may share a server), and
+    the steps all its workers take."""
+    out: dict[str, ServerStatus] = {}
+    for w in sorted(workers, key=lambda w: w.updated_at):
+        if w.engine is None:
+            continue
+        steps = sorted({*w.steps, *(out[w.server].steps if w.server in out else ())})
+        out[w.server] = ServerStatus(server=w.server, steps=steps, engine=w.engine)
+    return [out[k] for k in sorted(out)]
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from .text import printable_tree
 log = logging.getLogger(__name__)
 STAMP = "PROTOCOL.json"
 MAX_ITEM_RUNS = 3  # a later run re-attempts transient error rows until an item has this many
+PROBE_MAX_BYTES = 4 << 20  # a held writer's probe writes the refused batch's size, up to this
 
 
 class StoreError(InputError, RuntimeError):
@@ -238,11 +239,17 @@ class StoreWriteError(OSError):
     behind (or, where the disk refused the cut-back too, in `torn` to be cut before the worker takes work
     again), and the job that made them must not be acknowledged."""
 
-    def __init__(self, err: OSError, folder: Path, nbytes: int, torn: TornTails) -> None:
-        super().__init__(err.errno, f"cannot write rows to {folder}: {err.strerror or err}")
-        self.folder = folder
+    def __init__(self, err: OSError, writer: SegmentWriter, nbytes: int) -> None:
+        super().__init__(err.errno, f"cannot write rows to {writer.step_dir}: {err.strerror or err}")
+        self.folder = writer.step_dir
         self.nbytes = nbytes
-        self.torn = torn
+        self.torn = writer.torn
+        self._writer = writer
+
+    def cleared(self) -> bool:
+        """Whether the refused write would go through now, and the partial lines that refused cut-backs left
+        are cut (only then is the hold over: no torn tail outlives the outage)."""
+        return self._writer.fits(self.nbytes) and self.torn.repair()
 
 
 class SegmentWriter:
@@ -265,7 +272,7 @@ class SegmentWriter:
             self.path = self._open()
 
     def _open(self) -> Path:
-        self.step_dir.mkdir(parents=True, exist_ok=True)
+        self.step_dir.mkdir(parents=True, exist_ok=True)  # a step's first rows make its folder
         stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{time.monotonic_ns() % 10**9:09d}"  # a re-open is a new file
         path = self.step_dir / f"seg-{self.safe}-{socket.gethostname()}-{os.getpid()}-{stamp}.jsonl"
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -297,7 +304,30 @@ class SegmentWriter:
                 self._drop()
                 raise
         except OSError as e:
-            raise StoreWriteError(e, self.step_dir, size, self.torn) from e
+            raise StoreWriteError(e, self, size) from e
+
+    def fits(self, nbytes: int) -> bool:
+        """Whether a batch of `nbytes` would be written now, tried by the steps a write after a failure takes
+        (its folder made if missing, a new file made in it, the bytes written and synced) on a probe file that
+        is removed again. A probe that skipped a step could fail for ever once the disk is back (a folder the
+        outage kept from being made) or pass while the write would still fail."""
+        probe = self.step_dir / f".probe-{self.safe}"
+        try:
+            self.step_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                data = memoryview(bytes(min(nbytes, PROBE_MAX_BYTES)))
+                while data:
+                    data = data[os.write(fd, data) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            return True
+        except OSError:
+            return False
+        finally:
+            with contextlib.suppress(OSError):
+                probe.unlink()
 
     def close(self) -> None:
         """And a last try at the partial lines left, for a worker that stops while held."""

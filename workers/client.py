@@ -244,13 +244,13 @@ class VLLMClient:
         r.raise_for_status()
         return list(orjson.loads(r.content).get("data", []))
 
-    async def prefix_cache(self) -> tuple[float, float] | None:
-        """The server's prefix-cache (queries, hits) in tokens; None when it cannot tell."""
+    async def server_metrics(self) -> dict[str, float]:
+        """The server's `vllm:` figures (`prefix_cache.samples`); none when it cannot tell."""
         try:
             r = await self.http.get("/metrics", timeout=5.0)
         except httpx.HTTPError:
-            return None
-        return prefix_cache.parse(r.text) if r.status_code == 200 else None
+            return {}
+        return prefix_cache.samples(r.text) if r.status_code == 200 else {}
 
     # ---- forwards -------------------------------------------------------------------------------
 

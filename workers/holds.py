@@ -1,25 +1,24 @@
 """Why a worker takes no new work for now: its server went silent, or its rows cannot be written.
 
 Either way the worker gives its leased jobs back to the queue (other workers run them), keeps the rows
-it already wrote, and probes until the cause clears: one line when a hold begins, one when it ends.
+it already wrote, and probes until the cause clears: one line when a hold begins, one when it ends. A
+hold's probe tries what the refused operation needs (a write: `SegmentWriter.fits`), so it clears exactly
+when that would go through. The lines are kept too (`said`, the last few, and how many in all), published
+with the worker's presence, so the launcher that started the worker says them on its console as well.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
-
-from pool_queue.store import StoreWriteError
 
 from .waiting import Note
 
 log = logging.getLogger(__name__)
-PROBE_MAX_BYTES = 4 << 20
+KEPT_LINES = 8  # the last lines a worker publishes for its launcher (presence.HoldNews)
 
 
 @dataclass
@@ -35,6 +34,8 @@ class Holds:
         self.who = who
         self.note_s = note_s
         self._on: dict[str, _Hold] = {}
+        self.said: deque[str] = deque(maxlen=KEPT_LINES)  # the last lines said, without the worker's name
+        self.n_said = 0  # lines said since the worker started: a reader that missed some knows how many
 
     def __bool__(self) -> bool:
         return bool(self._on)
@@ -47,7 +48,7 @@ class Holds:
         if kind in self._on:
             return False
         self._on[kind] = _Hold(why, back, probe, Note(self.who, f"the hold to clear ({why})", "no bound", self.note_s))
-        log.warning("%s: %s: its jobs go back to the queue; no new work until that clears", self.who, why)
+        self._say(f"{why}: its jobs go back to the queue; no new work until that clears")
         return True
 
     async def clear(self) -> bool:
@@ -55,38 +56,16 @@ class Holds:
         for kind, h in list(self._on.items()):
             if await h.probe():
                 del self._on[kind]
-                took = time.monotonic() - h.note.since
-                log.warning("%s: %s after %.0f s: taking work again", self.who, h.back, took)
+                self._say(f"{h.back} after {time.monotonic() - h.note.since:.0f} s: taking work again")
             else:
                 h.note.tick()
         return not self._on
 
+    def _say(self, line: str) -> None:
+        log.warning("%s: %s", self.who, line)
+        self.said.append(line)
+        self.n_said += 1
+
     def describe(self) -> str | None:
         """What holds the worker now, for pool-status."""
         return "; ".join(h.why for h in self._on.values()) or None
-
-
-def can_write(err: StoreWriteError, name: str) -> bool:
-    """Whether rows can be written again where `err` was refused, and the partial lines that refused
-    cut-backs left are cut (only then is the hold over: no torn tail outlives the outage)."""
-    return _fits(err.folder, err.nbytes, name) and err.torn.repair()
-
-
-def _fits(folder: Path, nbytes: int, name: str) -> bool:
-    """Whether a file of `nbytes` can be written and synced in `folder` now (the rows that failed would fit)."""
-    probe = folder / f".probe-{name}"
-    try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            data = memoryview(bytes(min(nbytes, PROBE_MAX_BYTES)))
-            while data:
-                data = data[os.write(fd, data) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        return True
-    except OSError:
-        return False
-    finally:
-        with contextlib.suppress(OSError):
-            probe.unlink()

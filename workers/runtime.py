@@ -35,7 +35,7 @@ from pool_queue.text import printable
 from . import upkeep
 from .chain import already_final, follow_up
 from .client import ServerMisconfigured, VLLMClient
-from .holds import Holds, can_write
+from .holds import Holds
 from .metrics import Metrics
 from .redis_link import RedisGone, RedisLink
 from .screen import Identity, Item, Screener, VideoSend
@@ -126,6 +126,7 @@ class Worker:
         self.last_error: str | None = None
         self.rate = presence.RateWindow()
         self.cache = prefix_cache.Meter.for_worker(store.root, name, server)
+        self.engine = prefix_cache.EngineMeter()
         self.rq: RQWorker  # made in run(): its constructor already talks to Redis
 
     def _rq_worker(self) -> RQWorker:
@@ -154,15 +155,17 @@ class Worker:
             log.info("%s: metrics on %s", self.name, self.metrics_url)
         await self.link.attempt(upkeep.beat, self)  # seen by pool-status at once, not one heartbeat later
         side = upkeep.tasks(self)
-        runs = self.runs
+        runs, told = self.runs, 0
         try:
             while not self.stop.event.is_set():
                 self._hold_for_torn_tails()
+                told = await self._tell_holds(told)
                 if self.holds and not await self.holds.clear():
                     if burst and not runs and await self._drained():
                         break
                     await _first(self.stop.event.wait(), asyncio.sleep(HOLD_PROBE_S))
                     continue
+                told = await self._tell_holds(told)
                 if self.backlog >= 2 * self.max_inflight:
                     self.more.clear()
                     await _first(self.more.wait(), self.stop.event.wait())
@@ -193,6 +196,13 @@ class Worker:
             log.error("%s: stopped: %s", self.name, self.fatal)
             return 4 if isinstance(self.fatal, RedisGone) else 3
         return 0
+
+    async def _tell_holds(self, told: int) -> int:
+        """Publish our presence at once when a hold began or ended since `told` lines: the launcher's console
+        says it (`presence.HoldNews`) without waiting for the next heartbeat. The lines said so far."""
+        if self.holds.n_said != told:
+            await self.link.attempt(presence.publish, self.conn, upkeep.snapshot(self))
+        return self.holds.n_said
 
     async def _claim(self) -> leases.Lease | None:
         try:
@@ -316,7 +326,7 @@ class Worker:
             await self._end(leases.give_back, self.conn, lease, False)
         except StoreWriteError as e:  # nothing of the batch is on disk; other workers run it, we wait
             back = f"rows can be written to {e.folder} again"
-            self._hold_disk(str(e.strerror), back, partial(can_write, e, self.name))
+            self._hold_disk(str(e.strerror), back, e.cleared)
             self.last_error = str(e.strerror)
             await self._end(leases.give_back, self.conn, lease, False)
         except Exception as e:

@@ -58,6 +58,18 @@ def content_id(url: str) -> str:
     return hashlib.blake2b(url.encode(), digest_size=16).hexdigest()
 
 
+def batch_cost(k: int, n_frames: int, lead: bool) -> float:
+    """What a batch of `k` conversations costs the server, in forwards (the in-flight bound's unit). Without
+    frames every conversation is a forward of its own. With frames the server encodes and prefills them once,
+    for the video's first conversation (`lead`: this batch carries it); every other conversation reuses them
+    (processor, encoder and prefix caches) and costs its text, about one frame's worth of tokens: 1 / (frames
+    + 1) of a forward."""
+    if not n_frames:
+        return float(k)
+    sibling = 1 / (n_frames + 1)
+    return (1.0 if lead else sibling) + (k - 1) * sibling
+
+
 @dataclass(frozen=True)
 class Identity:
     """Who produced a row: stamped into every row."""
@@ -172,7 +184,8 @@ class Screener:
             return await self._each(step, items)
         per = max(1, self.inflight.size // self.protocol.steps[step].n_orders)  # a batch within the bound
         parts = [items[i : i + per] for i in range(0, len(items), per)]
-        return [r for rows in await asyncio.gather(*(self._batch(step, p, frames) for p in parts)) for r in rows]
+        sends = (self._batch(step, p, frames, lead=i == 0) for i, p in enumerate(parts))
+        return [r for rows in await asyncio.gather(*sends) for r in rows]
 
     async def _each(self, step: int, items: list[Item]) -> list[Row]:
         return list(await asyncio.gather(*(self.screen(step, it) for it in items)))
@@ -183,7 +196,7 @@ class Screener:
         urls, idx, n_total = await asyncio.to_thread(self._images, step, item)
         return Frames(urls, [content_id(u) for u in urls], idx, n_total)
 
-    async def _batch(self, step: int, items: list[Item], frames: Frames) -> list[Row]:
+    async def _batch(self, step: int, items: list[Item], frames: Frames, lead: bool) -> list[Row]:
         """One batch request: the first conversation carries the frames, each frame with its uuid, the
         others the uuids alone, so the server processes the frames once. A batch that fails for any reason
         is sent again as each item's own requests (frames, no uuid): no item pays for another's fault, and
@@ -212,7 +225,7 @@ class Screener:
         body = orjson.dumps(self.protocol.batch_body(step, conversations))
         k = len(conversations)
         try:
-            async with self.inflight.take(k):
+            async with self.inflight.take(batch_cost(k, len(frames.urls), lead)):
                 self.in_flight += k
                 try:
                     answers, tokens = await self.client.forward_batch(body, k)

@@ -1,5 +1,6 @@
 """A worker's background duties beside its jobs: leases renewed, dead workers' jobs rescued, the server
-watched for silence, its prefix-cache counters read, progress logged and published for pool-status.
+watched for silence, its /metrics read (prefix-cache counters, the engine's state), progress logged and
+published for pool-status.
 
 The duties see the worker through `Tended`, the part of it they read and touch, so this module needs
 nothing of the job loop (`runtime`) that starts them.
@@ -31,7 +32,7 @@ from .redis_link import RedisLink
 from .screen import Screener
 
 log = logging.getLogger(__name__)
-CACHE_READ_S = 5.0  # how often the server's prefix-cache counters are read
+CACHE_READ_S = 5.0  # how often the server's /metrics are read (prefix-cache counters, the engine's state)
 REPORT_S = 10.0
 
 
@@ -69,6 +70,7 @@ class Tended(Protocol):
     count: Counters
     rate: presence.RateWindow
     cache: prefix_cache.Meter
+    engine: prefix_cache.EngineMeter
     last_error: str | None
     metrics_url: str | None
 
@@ -141,13 +143,16 @@ async def read_cache(w: Tended) -> None:
         try:
             await cache_share(w)
         except Exception as e:  # a statistic: never worth a worker
-            log.warning("%s: reading the server's prefix-cache counters failed: %s", w.name, e)
+            log.warning("%s: reading the server's /metrics failed: %s", w.name, e)
 
 
 async def cache_share(w: Tended) -> None:
-    counters = await w.client.prefix_cache()
+    """One read of the server's /metrics: its prefix-cache counters charged to the steps, its engine's view kept
+    for the next snapshot."""
+    sums = await w.client.server_metrics()
     tokens, w.screener.tokens = dict(w.screener.tokens), Counter()
-    await asyncio.to_thread(w.cache.charge, counters, tokens)
+    w.engine.read(sums)
+    await asyncio.to_thread(w.cache.charge, prefix_cache.counters(sums), tokens)
 
 
 async def report(w: Tended) -> None:
@@ -179,8 +184,11 @@ def snapshot(w: Tended) -> presence.WorkerSnapshot:
         outage_s=w.client.outage_s,
         server_up=w.client.up and "server" not in w.holds,
         held=w.holds.describe(),
+        hold_lines=list(w.holds.said),
+        hold_said=w.holds.n_said,
         last_error=w.last_error,
         metrics_url=w.metrics_url,
+        engine=w.engine.view,
         started_at=time.time() - (now - c.started),
         updated_at=time.time(),
     )

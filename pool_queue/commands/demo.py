@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--progress-every", type=float, default=5.0, metavar="S", help="output not on a terminal: a line this often"
     )
+    enqueue.add_allow_missing_frames(p)
     a = p.parse_args(argv)
     con = Console()
     interrupt_on_stop_signals()
@@ -117,9 +118,12 @@ def _demo(a: argparse.Namespace, con: Console) -> None:
     hold("pool-demo", a.root)  # a second demo would screen the same items again on the same queue
     _pool(a, con)
     results = default_results(a.root)
+    protocol = Protocol()
+    meant = a.allow_missing_frames or None  # a root the demo did not make may lack frames
+    enqueue.check_frames(load_settings(root=a.root, results=results, allow_missing_frames=meant), protocol,
+                         sorted(protocol.steps))  # fmt: skip
     if a.fresh:
         _fresh(a.root, results, con)
-    protocol = Protocol()
     store = Store(results, protocol.fingerprint, protocol.model_dump(mode="json"))
     store.claim()
     log_dir = a.root / "logs" / "demo"
@@ -137,7 +141,8 @@ def _demo(a: argparse.Namespace, con: Console) -> None:
         env = _point_env_here(a.root, results, redis_url)
         print(_commands(a.root, results, redis_url, env, live=True), flush=True)  # whole lines: they are copied
         settings = load_settings(root=a.root, results=results, redis_url=redis_url)
-        enqueue.run_steps(settings, protocol, sorted(protocol.steps), plan_only=False)  # every step with work
+        steps = sorted(protocol.steps)  # every step with work
+        enqueue.run_steps(settings, protocol, steps, plan_only=False, frames_checked=True)
         for i, url in enumerate(sims):
             procs.start(f"worker-{i}", [sys.executable, "-m", "workers.main", "--server", url, *common])
         con.print(f"workers started (logs in {log_dir}); screening...")
@@ -157,7 +162,7 @@ def _demo(a: argparse.Namespace, con: Console) -> None:
         con.print(line, highlight=False)
     con.print(f"rows in {results}")
     # the demo screens every step to its end: an unfinished one is a problem, and each finding is shown
-    checked = run_audit(results, protocol, item_set, a.root / "frames" / "pool_frames", show=False, complete=True)
+    checked = run_audit(results, protocol, item_set, frames, show=False, tar_dir=a.root / "frames_tar", complete=True)
     con.print(summary(checked), highlight=False)
     report = write_report(store, item_set, protocol, _report_dir(results), frames)
     con.print(f"report with plots: {report}")

@@ -4,16 +4,23 @@ Remaining = eligible(step) per the protocol, minus items the store already settl
 already queued or running. Running it twice enqueues nothing new; after Redis lost everything it
 re-creates exactly the missing work (`--step all`: every step in order, the recovery after Redis lost
 its data). Jobs that failed for good are held until --retry-failed. --plan-only prints the plan and
-REMAINING_TOTAL=<n>. The work is `pool_queue.produce`; this prints it.
+REMAINING_TOTAL=<n>. Steps with frames are refused (one line, exit 2, nothing queued) while videos that are
+not `k:` have no folder in a frame cache that is absent, empty or short of its manifest, unless
+--allow-missing-frames says they are meant to be missing. The work is `pool_queue.produce`; this prints it.
 """
 
 from __future__ import annotations
+
+import argparse
+import sys
 
 from rich.console import Console
 from rich.table import Table
 
 from ..cli import load_protocol, parser, reports_errors, settings
-from ..items import load_items
+from ..errors import InputError
+from ..items import ItemSet, load_items
+from ..plan import frames_refusal
 from ..produce import Produced, produce, rescue_abandoned
 from ..protocol import Protocol
 from ..queue import Screen, screen_of
@@ -29,8 +36,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--chunk-size", type=int, help="items per job (default 64; POOL_CHUNK_SIZE)")
     p.add_argument("--limit", type=int, help="enqueue at most this many items")
     p.add_argument("--retry-failed", action="store_true", help="run the items of failed jobs again")
+    add_allow_missing_frames(p)
     a = p.parse_args(argv)
-    s = settings(a, chunk_size=a.chunk_size)
+    s = settings(a, chunk_size=a.chunk_size, allow_missing_frames=a.allow_missing_frames or None)
     protocol = load_protocol(s)
     steps = sorted(protocol.steps) if a.step == "all" else [int(a.step)] if a.step.isdigit() else []
     if not steps or not set(steps) <= set(protocol.steps):
@@ -46,14 +54,18 @@ def run_steps(
     limit: int | None = None,
     retry_failed: bool = False,
     label: bool = True,
+    frames_checked: bool = False,
 ) -> tuple[Screen | None, dict[int, int]]:
     """What the command does, for pool-launch and pool-demo too: plan (and enqueue) each step in order,
-    printing the plan and `[STEP=N ]REMAINING_TOTAL=<n>`. Returns the screen (None while unstamped) and each
-    step's REMAINING_TOTAL."""
+    printing the plan and `[STEP=N ]REMAINING_TOTAL=<n>`; first `check_frames`, unless the caller ran it before
+    it started anything (`frames_checked`). Returns the screen (None while unstamped) and each step's
+    REMAINING_TOTAL."""
     con = Console(stderr=True)
     store = Store(s.results_dir, protocol.fingerprint, protocol.model_dump(mode="json"))
     store.check_stamp()
     items = load_items(s.items_dir)
+    if not frames_checked:
+        check_frames(s, protocol, steps, plan_only, items, store)
     if not plan_only:
         store.claim()  # the stamp's token names the screen in Redis
     if items.rejected.num_rows:
@@ -69,6 +81,41 @@ def run_steps(
         print(f"STEP={step} REMAINING_TOTAL={done.remaining}" if label else f"REMAINING_TOTAL={done.remaining}")
         remaining[step] = done.remaining
     return screen, remaining
+
+
+def add_allow_missing_frames(p: argparse.ArgumentParser) -> None:
+    """The flag that says videos without frames are meant to be missing (pool-enqueue, pool-launch, pool-audit)."""
+    p.add_argument("--allow-missing-frames", action="store_true",
+                   help="videos that are not `k:` and have no frame folder are meant to be missing: steps 2-3 run, "
+                   "and pool-audit --complete passes, without them (POOL_ALLOW_MISSING_FRAMES=1)")  # fmt: skip
+
+
+def check_frames(
+    s: Settings,
+    protocol: Protocol,
+    steps: list[int],
+    plan_only: bool = False,
+    items: ItemSet | None = None,
+    store: Store | None = None,
+) -> None:
+    """Steps with frames only with the frame cache they need (`plan.frames_refusal`): else one line naming the
+    cache and the commands that fill it (InputError: exit 2), before anything is claimed, queued or started.
+    A plan, or a screen told that the videos are meant to be missing, says the same as a warning and goes on."""
+    items = items or load_items(s.items_dir)
+    store = store or Store(s.results_dir, protocol.fingerprint)
+    why = frames_refusal(protocol, steps, items.items, store, s.frames_dir, s.frames_tar_dir)
+    if why is None:
+        return
+    if s.allow_missing_frames:
+        print(f"warning: {why} (screened without them: --allow-missing-frames)", file=sys.stderr, flush=True)
+        return
+    fill = (f"fill it with `pool-frames` (extracts the shards in {s.frames_tar_dir}) or `pool-fetch --frames` "
+            "(downloads them first), or pass --allow-missing-frames (POOL_ALLOW_MISSING_FRAMES=1) when these videos "
+            "are meant to be missing")  # fmt: skip
+    if plan_only:
+        print(f"warning: {why}; a screen is refused until you {fill}", file=sys.stderr, flush=True)
+        return
+    raise InputError(f"{why}; {fill}")
 
 
 def show(con: Console, done: Produced, queue: str) -> None:

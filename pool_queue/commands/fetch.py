@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> None:
             n = fetch_items(s.root, hub, a.source)
             print(f"items: {n:,} valid items in {s.items_dir}")
         if a.frames or everything:
-            n = fetch_frames(s.root / "frames_tar", s.frames_dir, hub, a.source)
+            n = fetch_frames(s.frames_tar_dir, s.frames_dir, hub, a.source)
             print(f"frames: {n:,} video folders in {s.frames_dir} (n_videos matches the manifest)")
         if a.models or everything:  # models always come through the hub cache (pre-fill it to run offline)
             for name, path in fetch_models(load_protocol(s), hub).items():

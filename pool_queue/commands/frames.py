@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--verify-only", action="store_true", help="check checksums, extract nothing")
     a = p.parse_args(argv)
     s = settings(a)
-    tars = a.tars or s.root / "frames_tar"
+    tars = a.tars or s.frames_tar_dir
     if a.verify_only:
         m = verify(tars)
         print(f"{len(m.shards)} shards OK ({m.n_videos} videos)")

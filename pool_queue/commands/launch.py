@@ -11,12 +11,15 @@ Logs: logs/vllm_s<STEP>_gpu<i>.log and logs/client_s<STEP>_gpu<i>.log (STEP: the
 a phase's steps such as 1-2). `--burst` returns when the queues are empty (the run package's
 run_remote.sh); otherwise it runs until SIGTERM, SIGHUP or Ctrl-C (the last phase). Any of those, at
 any time, lets the workers finish their jobs before stopping the servers. `--sim` starts simulated
-servers instead of vLLM (the CPU demo, the Slurm test).
+servers instead of vLLM (the CPU demo, the Slurm test). A launch that serves steps 2-3 while videos that are
+not `k:` have no folder in a frame cache that is absent, empty or short of its manifest is refused before
+anything starts, as pool-enqueue refuses it, unless --allow-missing-frames (POOL_ALLOW_MISSING_FRAMES=1).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import queue
 import signal
@@ -38,8 +41,10 @@ from ..hostlock import hold
 from ..launch import (
     OPTIONAL_FLAGS,
     SIM_COMMAND,
+    Budget,
     Server,
     Tuning,
+    batched_tokens,
     cache_gb_per_api_server,
     devices,
     log_name,
@@ -55,6 +60,7 @@ from ..launch import (
     vllm_flags,
     vllm_release,
 )
+from ..presence import HoldNews
 from ..procs import Procs, StopRequest, free_port, port_taken, wait_health
 from ..progress import duration
 from ..protocol import BATCH_PATH, Protocol, lists_batch
@@ -122,14 +128,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sim-gpu-gib", type=float, help="with --sim: the simulated GPU's memory (default: unknown)")
     p.add_argument("--sim-warmup-s", type=float, default=0.0, help="with --sim: each server's start-up (/health 503)")
     p.add_argument("--health-timeout", type=float, default=1200.0, help="seconds to wait for every server")
+    enqueue.add_allow_missing_frames(p)
     a = p.parse_args(argv)
-    s = settings(a)
+    s = settings(a, allow_missing_frames=a.allow_missing_frames or None)
     protocol = load_protocol(s)
     _check_args(a, protocol)
     steps = [a.step] if a.step else sorted(protocol.steps)  # a split or the whole screen: every step
     if a.plan_only:
         enqueue.run_steps(url_from_file(s)[0], protocol, steps, plan_only=True, label=a.step is None)
         return
+    enqueue.check_frames(s, protocol, list(protocol.model_group(a.step)) if a.step else steps)  # what it serves
     found = devices(s.ngpu, a.sim)
     if not found:
         fail("no GPU visible (CUDA_VISIBLE_DEVICES / nvidia-smi); NGPU=N or --sim for simulated servers")
@@ -175,7 +183,8 @@ def _launch(
     for i, (servers, sized) in enumerate(zip(phases, sizes, strict=True)):
         last = i == len(phases) - 1
         with Procs(s.logs_dir) as procs:
-            screen, remaining = enqueue.run_steps(s, protocol, steps, plan_only=False, label=a.step is None)
+            screen, remaining = enqueue.run_steps(s, protocol, steps, plan_only=False, label=a.step is None,
+                                                  frames_checked=True)  # fmt: skip
             assert screen is not None  # run_steps stamped the results root
             burst = a.burst or not last  # a phase that hands over to the next ends when its queues are empty
             if burst:  # else it serves until a signal, for work that may still come
@@ -359,6 +368,18 @@ def _requests(srv: Server, batch: str) -> str:
     return f"its /openapi.json lists no {BATCH_PATH}: the workers send one request per forward"
 
 
+def _budgets(
+    s: Settings, protocol: Protocol, servers: list[Server], sizes: dict[tuple[int, ...], Sizing], sim: bool
+) -> dict[tuple[int, ...], Budget]:
+    """Each model group's prefill budget (`batched_tokens`), said in one line each. The installed vLLM's release
+    is read only for MAX_BATCHED_TOKENS=derived (simulated servers: none)."""
+    release = vllm_release(s.vllm) if s.max_batched_tokens == "derived" and not sim else None
+    out = {g: batched_tokens(s, protocol, g, sizes[g], release) for g in dict.fromkeys(v.steps for v in servers)}
+    for b in out.values():
+        print(b.why)
+    return out
+
+
 def _start_servers(
     procs: Procs,
     s: Settings,
@@ -381,9 +402,10 @@ def _start_servers(
     if not a.sim:
         release = None if s.batch == "off" else vllm_release(s.vllm)  # no batches: today's options
         tuning = {v: _tuning(s, protocol, servers, v, release, s.workers or sizes[v.steps].max_seqs) for v in servers}
+    budget = _budgets(s, protocol, servers, sizes, a.sim)
     sim = ["--speed", str(a.sim_speed), "--warmup-s", str(a.sim_warmup_s)] if a.sim else []
-    argv = {v: [*server_argv(s, protocol, v, paths[v.steps], a.sim, tuning[v], known, sizes[v.steps].max_seqs), *sim]
-            for v in servers}  # fmt: skip
+    argv = {v: [*server_argv(s, protocol, v, paths[v.steps], a.sim, tuning[v], known, sizes[v.steps].max_seqs,
+                             budget[v.steps].tokens), *sim] for v in servers}  # fmt: skip
     for v in servers if a.sim else ():
         print(f"{v.name} simulator options: {sim_options(argv[v][len(SIM_COMMAND) :])}")
     bring = Bringup(len(servers))
@@ -465,7 +487,11 @@ def _supervise(
         name = log_name("client", log_tag(srv, a.step, a.split), srv) + nth.replace("-", "_")
         return name, lambda: procs.start(name, wargv)
 
-    sup = Supervisor(burst, lambda msg: print(msg, file=sys.stderr, flush=True))
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    sup = Supervisor(burst, say)
+    holds = HoldNews(screen.conn, say)  # why a worker takes no work, said here as its log says it
     failed: list[str] = []
 
     def work_left(steps: list[int]) -> bool:
@@ -488,6 +514,8 @@ def _supervise(
                   f"logs in {s.logs_dir}", flush=True)  # fmt: skip
             if not ready.pending and not failed:  # a server that failed in this same round is not healthy
                 print("all servers healthy")
+        with contextlib.suppress(RedisError):  # Redis away: its workers wait for it, the next look says more
+            holds.look([p.pid for p in sup.running()])
         if not sup.step(work_left) and not ready.pending:
             break
         time.sleep(1)

@@ -3,8 +3,9 @@
 Per step: eligible, done, removed, errors, queued and running items, items/s over the last five
 minutes (pauses included: the ETA's rate) and while working (pool-report's items/s), ETA, and the run
 package's REMAINING_TOTAL=<n>. Per worker: server, items/s over the last minute, requests in flight,
-server health, last error. --watch refreshes a live view; --json is for scripts. `rq info` keeps
-working beside it.
+server health, last error. Per server, what vLLM's own /metrics say about its engine: requests running
+and waiting, tokens per engine step, KV cache use, processor-cache hits. --watch refreshes a live view;
+--json is for scripts. `rq info` keeps working beside it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from rich.text import Text
 
 from ..cli import load_protocol, parser, reports_errors, settings
 from ..items import load_items
-from ..plan import frameless_note
+from ..plan import Frameless, frameless_note
+from ..prefix_cache import Engine
 from ..progress import duration
 from ..report import IDLE_GAP_S
 from ..status import RunStatus, StatusReader, StepStatus
@@ -121,15 +123,29 @@ def render(st: RunStatus) -> Group:
         workers.add_row(f"{w.name}\n{w.server}", ",".join(map(str, w.steps)), rate, load, up, str(w.errors))
     parts.append(workers)
     parts.append("/s 1m: a worker's items of the last minute (since it started, if later) per second")
+    if st.servers:
+        engines = _table("the servers' engines (vLLM's /metrics)",
+                         ("server", "steps", "running", "waiting", "tokens/step", "KV", "mm cache"), False)  # fmt: skip
+        for v in st.servers:
+            engines.add_row(v.server, ",".join(map(str, v.steps)), *engine_cells(v.engine))
+        parts.append(engines)
     parts += [Text(f"{w.name} takes no work: {w.held}", overflow="fold") for w in st.workers if w.held]
     parts += [Text(f"last error of {w.name}: {w.last_error}", overflow="fold") for w in st.workers if w.last_error]
     return Group(*parts)
 
 
+def engine_cells(e: Engine) -> tuple[str, str, str, str, str]:
+    """Running and waiting requests, mean tokens per engine step since the read before, KV cache use, the
+    processor cache's hits ("-": not exported by the server's release, or no step since)."""
+    step = "-" if e.tokens_per_step is None else f"{e.tokens_per_step:,.0f}"
+    return f"{e.running:.0f}", f"{e.waiting:.0f}", step, _pct(e.kv_cache_usage), _pct(e.processor_cache_hit_rate)
+
+
 def frameless_lines(st: RunStatus) -> list[str]:
     """Why a step's eligible items fall short of the survivors of the step before: those without frames."""
     last = st.steps[-1].step if st.steps else 0
-    return [frameless_note(s.no_frames, p.step, s.step, last) for p, s in itertools.pairwise(st.steps) if s.no_frames]
+    return [frameless_note(Frameless(s.no_frames - s.no_frames_other, s.no_frames_other), p.step, s.step, last)
+            for p, s in itertools.pairwise(st.steps) if s.no_frames]  # fmt: skip
 
 
 def plain_lines(st: RunStatus) -> str:
@@ -142,6 +158,10 @@ def plain_lines(st: RunStatus) -> str:
         f"prefix-cache hits {_pct(s.prefix_cache_hit_rate)}; workers {workers}"
         for s in st.steps
     ]
+    for v in st.servers:
+        running, waiting, step, kv, mm = engine_cells(v.engine)
+        lines.append(f"{clock} {v.server} (steps {','.join(map(str, v.steps))}): {running} running, {waiting} waiting, "
+                     f"{step} tokens/step, KV {kv}, mm cache {mm}")  # fmt: skip
     if st.redis_error:
         lines.append(f"{clock} Redis unreachable: {st.redis_error} (queues and workers unknown)")
     return "\n".join(lines)

@@ -12,6 +12,7 @@ from typing import Any
 
 from PIL import Image, UnidentifiedImageError
 
+from ..sizing import frame_tokens
 from .dialects import Dialect, dialect
 from .mmcache import ProcessorCache
 
@@ -43,11 +44,6 @@ class Parsed:
     image_tokens: int  # the frames come first: shared by the items of one video
     image_key: bytes  # what the frames are (the prefix the items of one video share)
     top_k: int
-
-
-def image_tokens(w: int, h: int) -> int:
-    """Qwen3-VL: 16-px patches merged 2x2, sides rounded to multiples of 32 (448x252 -> 112)."""
-    return max(1, round(w / 32)) * max(1, round(h / 32))
 
 
 def text_tokens(text: str) -> int:
@@ -99,7 +95,7 @@ def _images(parts: list[tuple[str, str | None]], lim: Limits, cache: ProcessorCa
     """(mm_hash, tokens) of a conversation's image parts (url, uuid), in vLLM's order: every part with data is
     loaded, then all are looked up in the processor cache before any is stored, so a part without data must
     name an image cached by an earlier conversation or request."""
-    loaded = [(uuid or _digest(url), image_tokens(*_image_size(url)) if url else 0) for url, uuid in parts]
+    loaded = [(uuid or _digest(url), frame_tokens(*_image_size(url)) if url else 0) for url, uuid in parts]
     cached = [cache.get(key) for key, _ in loaded]
     for idx, ((url, _), hit) in enumerate(zip(parts, cached, strict=True)):
         if hit is None and not url:

@@ -27,6 +27,7 @@ from .mmcache import ProcessorCache
 from .model import Profile, answer
 
 CHAT = "/v1/chat/completions"
+STEP_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)  # vLLM's, for iteration tokens
 
 
 @dataclass
@@ -62,7 +63,18 @@ class Stats:
     running_seconds: float = 0.0  # integral of `running` over time: mean occupancy = d(this)/dt
     peak_running: int = 0  # the capacity model's own counts: a test checks them, not a wall-clock rate
     peak_waiting: int = 0
+    # vLLM's `vllm:iteration_tokens_total` histogram. The capacity model runs sequences side by side, not in
+    # engine steps: each request's uncached prompt counts as one step of its own (max_tokens 1: no decode step).
+    steps: int = 0
+    step_tokens: int = 0
+    step_buckets: list[int] = field(default_factory=lambda: [0] * len(STEP_BUCKETS))
     _mark: float = field(default_factory=time.monotonic)
+
+    def step(self, tokens: int) -> None:
+        self.steps += 1
+        self.step_tokens += tokens
+        for i, le in enumerate(STEP_BUCKETS):
+            self.step_buckets[i] += tokens <= le
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -91,6 +103,7 @@ class SimServer:
         self.engine_dead = False
         self._slots = asyncio.Semaphore(cfg.max_num_seqs)
         self._prefixes: OrderedDict[bytes, int] = OrderedDict()  # prefix -> its tokens, least recently used first
+        self._computing: dict[bytes, asyncio.Event] = {}  # prefix -> set once the request prefilling it is done
         self.mm_cache = ProcessorCache(cfg.mm_processor_cache_gb)
         self._cached_tokens = 0
         self._models = orjson.dumps(
@@ -187,6 +200,14 @@ class SimServer:
             f"vllm:prefix_cache_hits_total{label} {s.prefix_hits}",
             f"vllm:mm_cache_queries_total{label} {self.mm_cache.queries}",
             f"vllm:mm_cache_hits_total{label} {self.mm_cache.hits}",
+            f"vllm:kv_cache_usage_perc{label} {min(1.0, self._cached_tokens / self.cfg.prefix_cache_tokens):.6f}",
+            *(
+                f'vllm:iteration_tokens_total_bucket{{le="{le}.0",model_name="{self.cfg.served_name}"}} {n}'
+                for le, n in zip(STEP_BUCKETS, s.step_buckets, strict=True)
+            ),
+            f'vllm:iteration_tokens_total_bucket{{le="+Inf",model_name="{self.cfg.served_name}"}} {s.steps}',
+            f"vllm:iteration_tokens_total_count{label} {s.steps}",
+            f"vllm:iteration_tokens_total_sum{label} {s.step_tokens}",
             f'vllm:request_success_total{{finished_reason="length",model_name="{self.cfg.served_name}"}} {s.success}',
             f"pool_sim:requests_total{label} {s.requests}",
             f"pool_sim:running_seconds_total{label} {s.running_seconds:.6f}",
@@ -267,21 +288,52 @@ class SimServer:
         return web.Response(status=e.status, body=orjson.dumps(body), content_type="application/json")
 
     async def _run(self, p: Parsed) -> None:
+        """One sequence: it reuses the prefixes (a video's frames, an item's question) that a request before it
+        prefilled, and is answered no earlier than that prefill is done. vLLM puts a prefix's blocks in its
+        cache when it schedules their prefill (`KVCacheManager.allocate_slots` caches the tokens it is about
+        to compute) and the scheduler takes its waiting requests in order, so a sibling sent together with
+        the first conversation (one batch, or requests side by side) skips the frames' prefill, and the
+        vision encoder through the encoder cache, but runs in the same engine step as that prefill or a
+        later one: it pays its own tokens and waits for the prefill it reads."""
         s = self.stats
         s.prompt_tokens += p.prompt_tokens
         s.prefix_queries += p.prompt_tokens
-        seen_images = self._cached(p.image_key, p.image_tokens) if p.image_key else False
         whole = hashlib.blake2b(p.image_key + p.text.split("\nA. ", 1)[0].encode(), digest_size=12).digest()
-        if self._cached(whole, p.prefix_tokens - p.image_tokens):
+        prefixes = [(whole, p.prefix_tokens - p.image_tokens)]
+        if p.image_key:
+            prefixes.insert(0, (p.image_key, p.image_tokens))
+        hit = {key: self._cached(key, tokens) for key, tokens in prefixes}
+        seen_images = hit.get(p.image_key, False)
+        if hit[whole]:
             s.prefix_hits += p.prefix_tokens  # another order of the same item: frames and question
         elif seen_images:
             s.prefix_hits += p.image_tokens  # another item of the same video: its frames
         # a cached image prefix skips the vision encoder and its prefill; the text profiles were
         # calibrated on runs whose option orders already shared their question
         cost_tokens = p.prompt_tokens - (p.image_tokens if seen_images else 0)
+        s.step(cost_tokens)
         if self.cfg.zero_latency:
             s.success += 1
             return
+        reads = [e for key, h in hit.items() if h and (e := self._computing.get(key)) is not None]
+        done = asyncio.Event()
+        mine = [key for key, h in hit.items() if not h]
+        for key in mine:
+            self._computing[key] = done
+        try:
+            await self._occupy(cost_tokens)
+            s.success += 1
+        finally:
+            done.set()
+            for key in mine:
+                if self._computing.get(key) is done:
+                    del self._computing[key]
+        for e in reads:  # outside its slot: a request waiting on another never keeps that one from a slot
+            await e.wait()
+
+    async def _occupy(self, cost_tokens: int) -> None:
+        """A running sequence: one of `max_num_seqs` slots for as long as its tokens take."""
+        s = self.stats
         prof = self.cfg.profile
         busy = (prof.base_latency_s + cost_tokens * self.cfg.max_num_seqs / prof.tokens_per_s) / self.cfg.speed
         s.waiting += 1
@@ -297,7 +349,6 @@ class SimServer:
             finally:
                 s.tick()
                 s.running -= 1
-        s.success += 1
 
     def _cached(self, key: bytes, tokens: int) -> bool:
         """Seen recently; now it is. Least recently used prefixes go first, as vLLM evicts its KV blocks."""

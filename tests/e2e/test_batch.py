@@ -111,3 +111,28 @@ def test_a_cache_lost_between_requests_or_out_of_step_with_the_engine_charges_no
     httpx.post(f"{url}/_sim/mode", json={"reset_mm_cache": True}).raise_for_status()  # as a restart empties it
     (again,), s = screen(url, frames, [items("v0")])  # each batch's first conversation carries the frames
     assert s.fallbacks == 0 and sent(again) == {"batch"} and tops(again) == tops(first)
+
+
+def test_batches_of_several_videos_share_the_bound_by_what_they_cost_the_server(procs, frames):
+    """Four videos' batches of four, under a bound of four forwards in flight, as a job sends them (side by side).
+    Each costs the server its first frames and its siblings' text (~1.1 forwards), so the four go in together:
+    the server runs more conversations at once than the bound (its own peak count, not a clock), and one
+    batch's siblings never keep another video's first frames waiting. Counted as four forwards each, they
+    would go one batch at a time, the server never running more than four. Each prefill takes ~2.3 s
+    (--speed 4), far longer than preparing the four videos' frames."""
+    url = procs.sim(f"sim-{len(procs.children)}", free_port(), "--profile", "qwen3-vl-2b", "--speed", "4")
+    wait_health(url, 20)
+    groups = [items(f"v{v}", n=4) for v in range(4)]
+
+    async def go() -> list[list[Row]]:
+        async with VLLMClient(url, max_attempts=2, backoff_s=0.01) as client:
+            spec = P.steps[3]
+            s = Screener(P, client, frames, Identity(P.fingerprint, spec.model, spec.revision, url, "t"), Slots(4))
+            s.batch = await client.batch_endpoint()
+            return list(await asyncio.gather(*(s.screen_group(3, g) for g in groups)))
+
+    out = asyncio.run(go())
+    assert all(r.status == "ok" for rows in out for r in rows) and [sent(rows) for rows in out] == [{"batch"}] * 4
+    peak = next(float(x.split()[-1]) for x in httpx.get(f"{url}/metrics").text.splitlines()
+                if x.startswith("pool_sim:running_peak"))  # fmt: skip
+    assert peak > 4

@@ -94,3 +94,19 @@ def test_serve_prints_the_launchers_argv_with_the_extra_arguments() -> None:
     tuning = Tuning.for_cores(cores_per_server(1))
     want = server_argv(load_settings(), P, Server(0, "0", (3,), 8123), "/m", False, tuning)
     assert shlex.split(out) == ["OMP_NUM_THREADS=1", *want, "--load-format", "dummy", "--mm-tensor-ipc", "torch_shm"]
+
+
+def test_batch_pipe_screens_every_item_both_ways_in_every_cell(tmp_path: Path) -> None:
+    """The batches-against-one-request-per-forward table (docs/scale.md): one row per in-flight bound and items
+    per video, both shapes screening every item without an error. Its rates are read by people, not here."""
+    text = _run(str(BENCH / "batch_pipe.py"), "--inflight", "2,4", "--per-video", "1,3", "--items", "6",
+                "--speed", "200", "--root", str(tmp_path))  # fmt: skip
+    lines = text.splitlines()
+    header = lines[1].split("  ")
+    assert [h.strip() for h in header if h.strip()][:6] == ["in flight", "items/video", "items", "screened off",
+                                                          "screened batch", "errors"]  # fmt: skip
+    rows = [line.split() for line in lines[3:]]
+    assert [(r[0], r[1]) for r in rows] == [("2", "1"), ("4", "1"), ("2", "3"), ("4", "3")]
+    for r in rows:
+        assert r[2] == r[3] == r[4] == "6" and r[5] == "0"  # every item screened, both ways, no error row
+        assert len(r) == 11 and float(r[6]) > 0 and float(r[7]) > 0

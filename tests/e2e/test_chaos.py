@@ -24,7 +24,8 @@ def test_a_screen_survives_seeded_faults_and_lands_exactly(tmp_path: Path) -> No
     assert rep.items_lost == 0 and rep.wrong == 0  # one settled row per item and step, equal to the reference
     assert rep.dup_disagreeing == 0  # repeated work may repeat rows, never with another answer
     assert rep.audit_ok, rep.audit_tail
-    # README: back on a queue within lease + one rescue pass (+ the rescuing loop), unless Redis itself
-    # was away meanwhile (no rescue runs then): those get the Redis restart's time on top
-    assert rep.back_queued_s and max(rep.back_queued_s) <= cfg.lease_s + cfg.rescue_s + 1.5, rep.back_queued_s
-    assert all(t <= cfg.lease_s + cfg.rescue_s + 8 for t in rep.back_queued_overlapped_s), rep.back_queued_overlapped_s
+    # README: a killed worker's jobs are back on a queue within lease + one rescue pass. Checked as what makes
+    # that hold, never timed (a busy machine slows every loop; benchmarks/chaos.py prints the times): no
+    # killed worker's lease was extended after the kill, so it ran out on Redis's clock, and every job it held
+    # ran again (rep.unmoved above)
+    assert rep.dead_leases > 0 and rep.renewed == [], rep.renewed

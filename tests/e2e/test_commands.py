@@ -332,10 +332,9 @@ def test_a_server_url_that_cannot_be_right_fails_at_once(pool_root, url):
 
 def test_a_server_that_never_answers_is_waited_for_then_named(pool_root):
     port = free_port()
-    t0 = time.monotonic()
     out = _worker(pool_root, "--server", f"http://127.0.0.1:{port}", "--burst", "--wait-server", "2")
-    line = _one_error_line(out)
-    assert f"http://127.0.0.1:{port}" in line and "within 2 s" in line and time.monotonic() - t0 < 30, line
+    line = _one_error_line(out)  # the bound it waited is in its line; _worker's timeout only ends a hang
+    assert f"http://127.0.0.1:{port}" in line and "within 2 s" in line, line
     assert "waiting up to 2 s for the vLLM server" in out.stderr  # one progress line, not one per probe
     assert not (pool_root / "results" / "pool" / "PROTOCOL.json").exists()  # nothing written
 

@@ -93,16 +93,15 @@ def test_compose_node_runs_pool_launch_on_every_gpu_with_the_run_packages_knobs(
     assert dev == {"capabilities": ["gpu"], "driver": "nvidia", "count": -1}  # -1: all
     assert node["ipc"] == "host" and node["restart"] == "unless-stopped"
     env = node["environment"]
-    assert all(env[k] is None for k in ("NGPU", "GPU_UTIL", "MAX_SEQS", "WORKERS"))  # unset: derived
+    assert all(env[k] is None for k in ("NGPU", "GPU_UTIL", "MAX_SEQS", "MAX_BATCHED_TOKENS", "WORKERS"))  # unset
     assert env["POOL_SIM"] == "0" and env["REDIS_URL"] == "redis://redis:6379/0"
     ro = {v["target"]: v.get("read_only", False) for v in node["volumes"]}
     assert ro["/pool/items"] and ro["/pool/frames"] and not ro["/pool/results"] and not ro["/pool/logs"]
     assert any(v["target"] == "/root/.cache/huggingface" for v in node["volumes"])
-    sim = json.loads(_compose("config", "--format", "json", env={"POOL_SIM": "1", "NGPU": "4", "MAX_SEQS": "32"})
-                     .stdout)["services"]["node"]  # fmt: skip
+    shell = {"POOL_SIM": "1", "NGPU": "4", "MAX_SEQS": "32", "MAX_BATCHED_TOKENS": "derived"}
+    sim = json.loads(_compose("config", "--format", "json", env=shell).stdout)["services"]["node"]
     assert "deploy" not in sim and "ipc" not in sim  # simulated servers: no GPU asked for
-    assert (sim["environment"]["POOL_SIM"], sim["environment"]["NGPU"], sim["environment"]["MAX_SEQS"]) == (
-        "1", "4", "32")  # fmt: skip
+    assert {k: sim["environment"][k] for k in shell} == shell
     built = {k for k, v in svcs.items() if "build" in v}
     assert built == {"node"} and node["build"]["args"]["BASE_IMAGE"].startswith("vllm/vllm-openai:v")
     assert {v["image"] for v in svcs.values()} == {"pool-queue:latest"}  # Redis too: one image, nothing pulled
@@ -215,11 +214,12 @@ def test_run_remote_screens_a_pool_with_simulated_servers(pool_root, redis_url):
     )  # fmt: skip
     assert plan.returncode == 0 and "REMAINING_TOTAL=240" in plan.stdout, plan.stderr
     run = subprocess.run(
-        ["bash", str(REPO / "deploy/run_remote.sh"), "--sim"], env={**env, "STEP": "1"},
+        ["bash", str(REPO / "deploy/run_remote.sh"), "--sim"], env={**env, "STEP": "1", "MAX_BATCHED_TOKENS": "24576"},
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     assert "REMAINING_TOTAL=0" in run.stdout
+    assert "steps 1,2: --max-num-batched-tokens 24,576: MAX_BATCHED_TOKENS as set" in run.stdout  # the knob passes
     logs = pool_root / "logs"
     assert (logs / "vllm_s1_gpu0.log").exists() and (logs / "client_s1_gpu1.log").exists()
     store = Store(pool_root / "results" / "pool", P.fingerprint)
@@ -310,11 +310,23 @@ def test_one_gpu_that_holds_both_models_serves_them_at_once(pool_root, redis_url
     from pool_queue.sim.reference import expected
 
     env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(port0()),
-           "WORKERS": "64", "POOL_WAIT_NOTE_S": "1"}  # fmt: skip
+           "WORKERS": "64", "POOL_WAIT_NOTE_S": "1", "MAX_BATCHED_TOKENS": "derived"}  # fmt: skip
     argv = [sys.executable, "-m", "pool_queue.commands.launch", "--sim", "--burst", "--sim-gpu-gib", "141",
             "--sim-warmup-s", "5"]  # fmt: skip
     out = launched(argv, env, pool_root)
     assert out.returncode == 0, out.stderr[-3000:]
+    # the derived prefill budget: the pool's 4:3 frames, two steps held (no release known), 65,536 wanted, but step
+    # 3's share of the GPU leaves its batch's KV cache only 2.9 GiB beside it: the default stays
+    budget = [line for line in out.stdout.splitlines() if "--max-num-batched-tokens" in line]
+    assert budget[0] == "steps 1,2: --max-num-batched-tokens 16,384: the default", budget
+    assert budget[1].startswith(
+        "steps 3: --max-num-batched-tokens 32,768 (MAX_BATCHED_TOKENS=derived, not "
+        "measured yet): 32 frames x 140 tokens (448x336, the pool's frames: the largest"
+    )
+    assert budget[1].endswith(
+        "5 videos twice over = 44,800, up to a power of two gives 65,536, whose activations "
+        "would not fit the 2.9 GiB of KV cache the batch leaves: the default 32,768"
+    ), budget
     assert ("1 GPU, every step, both models at once: steps 1,2 on Qwen/Qwen3-VL-8B-Instruct (GPU_UTIL 0.45) and "
             "steps 3 on Qwen/Qwen3-VL-2B-Instruct (GPU_UTIL 0.4)") in out.stdout  # fmt: skip
     assert (

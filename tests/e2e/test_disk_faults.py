@@ -6,7 +6,11 @@ cut-back), held a few seconds so that the test can make the disk refuse everythi
 probes it. strace counts calls per thread, so each worker thread's first ftruncate is refused and held
 too: a cut-back retried in a thread new to it is refused again, and the waits allow for each refusal.
 Once writes work again, the worker cuts its partial line before it takes work: no torn line, a clean
-audit, a packed root, and every step equal to the queue-free reference."""
+audit, a packed root, and every step equal to the queue-free reference.
+
+A disk read-only from before a step's folder exists (a read-only bind mount, which root's writes cannot pass
+either): the worker holds, its launcher says so on the console, and once the disk is writable the hold's
+probe makes the folder the write needs, so the hold ends, the launcher says that too, and the queue drains."""
 
 from __future__ import annotations
 
@@ -16,13 +20,16 @@ import resource
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
 import pytest
+from ports import port0
 from stack import FAST, Stack, cli, expected, running
 
 BIN = Path(sys.executable).parent
@@ -170,3 +177,65 @@ def test_a_partial_line_no_job_saw_is_cut_before_the_worker_takes_work(stack, mo
     assert asyncio.run(worker_main._main(["--server", url, "--name", "w", "--steps", "1", "--burst"])) == 0
     assert seen and set(seen) == {b""}, seen[:3]
     assert len(stack.winners(1)) == 240
+
+
+@contextmanager
+def read_only(folder: Path) -> Iterator[Callable[[], None]]:
+    """`folder` read-only for every process, root's included (a read-only bind mount of it onto itself); the
+    callable makes it writable again (as at the end)."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("a read-only bind mount needs root and mount(8)")
+    mounted = subprocess.run(["mount", "--bind", str(folder), str(folder)], capture_output=True, text=True)
+    if mounted.returncode:
+        pytest.skip(f"no bind mount here: {mounted.stderr.strip()}")
+    state = {"on": True}
+
+    def writable() -> None:
+        if state["on"]:
+            subprocess.run(["umount", str(folder)], check=True)
+            state["on"] = False
+
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(folder), str(folder)], check=True)
+        yield writable
+    finally:
+        writable()
+
+
+def test_a_disk_read_only_before_a_step_folder_exists_holds_is_said_at_the_console_and_clears(stack, tmp_path):
+    """The step's folder cannot be made while the disk refuses writes; the hold's probe makes it once the disk
+    is back (a probe that only wrote into the folder would fail for ever). pool-launch says when the hold
+    begins and when it ends, in that order, and returns once the queue is empty."""
+    stack.enqueue(1, chunk_size=30)  # stamps the results root: only the step folders are left to make
+    results = stack.store.root
+    assert not stack.store.step_dir(1).exists()
+    env = {**os.environ, **stack.env, **FAST, "NGPU": "1", "PORT0": str(port0())}
+    argv = [sys.executable, "-m", "pool_queue.commands.launch", "--step", "1", "--sim", "--burst"]
+    console = tmp_path / "launch.err"
+    begins = f": cannot write rows to {results / 'step1'}: Read-only file system: its jobs go back to the queue"
+    ends = f": rows can be written to {results / 'step1'} again after "
+    with (
+        read_only(results) as writable,
+        console.open("w+") as err,
+        subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=err, text=True) as launch,
+    ):
+        try:
+            wait_for(lambda: begins in console.read_text(), 180, console.read_text)
+            assert launch.poll() is None and not stack.store.step_dir(1).exists(), console.read_text()
+            writable()
+            out, _ = launch.communicate(timeout=300)
+        finally:
+            if launch.poll() is None:
+                launch.kill()
+    text = console.read_text()
+    assert launch.returncode == 0 and "Traceback" not in text and "\nREMAINING_TOTAL=0" in out, text[-3000:]
+    lines = text.splitlines()
+    began = [i for i, line in enumerate(lines) if begins in line]
+    ended = [i for i, line in enumerate(lines) if ends in line and line.endswith("s: taking work again")]
+    assert began and ended and began[0] < ended[0], text[-3000:]
+    assert {lines[i].split(": ")[0] for i in began} == {lines[i].split(": ")[0] for i in ended}, text[-3000:]
+    want = expected(stack.root)[1]
+    assert {k: (r["status"], r["removed"]) for k, r in stack.winners(1).items()} == {
+        k: ("ok", v[0]) for k, v in want.items()
+    }
+    assert not list(stack.store.step_dir(1).glob(".probe-*")), "a probe leaves no file behind"

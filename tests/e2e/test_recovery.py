@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -37,6 +38,14 @@ def readers_work(stack: Stack) -> dict:
     return json.loads(st.stdout)
 
 
+def leases_of(stack: Stack, ids: set[str]) -> dict[str, float]:
+    """The leases of these jobs' runs in step 1's started registry: each run (job:execution) -> its expiry on
+    Redis's clock, read without RQ's cleanup."""
+    reg = stack.screen.queue(1).started_job_registry
+    runs = ((m.decode(), score) for m, score in stack.conn.zrange(reg.key, 0, -1, withscores=True))
+    return {run: score for run, score in runs if run.split(":")[0] in ids}
+
+
 def age_s(job: Job) -> float:
     return (datetime.now(UTC) - job.started_at.replace(tzinfo=UTC)).total_seconds()
 
@@ -47,7 +56,7 @@ def assert_step1_complete(stack: Stack) -> None:
     assert {k: (r["status"], r["removed"]) for k, r in got.items()} == {k: ("ok", v[0]) for k, v in want.items()}
 
 
-def test_killed_mid_job_after_heartbeats_the_job_runs_again_within_the_bound(stack):
+def test_killed_mid_job_after_heartbeats_its_jobs_are_rescued_by_a_live_worker_and_run_again(stack):
     url = stack.sim("sim8", "qwen3-vl-8b", "--max-num-seqs", "2", "--speed", "0.3")
     stack.enqueue(1, chunk_size=120)
     w = stack.worker("victim", url, "--steps", "1", "--inflight", "2", env=FAST)
@@ -70,13 +79,19 @@ def test_killed_mid_job_after_heartbeats_the_job_runs_again_within_the_bound(sta
     w.send_signal(signal.SIGKILL)
     w.wait()
     killed_at = time.monotonic()
-    old = {jid: j.worker_name for jid, j in jobs.items()}
-    beat = max(j.last_heartbeat.replace(tzinfo=UTC).timestamp() for j in running(stack).values())  # the victim's last
+    old = {jid: j.worker_name for jid, j in running(stack).items() if (j.worker_name or "").startswith("victim.")}
+    leases = leases_of(stack, set(old))  # the dead worker's leases as its last heartbeat left them
+    assert old and leases
+    # README: back on a queue by lease + one rescue pass. Checked as what makes that hold, never timed (a busy
+    # machine slows every loop): nothing renews a dead worker's lease, and a live worker's rescue puts every
+    # job back, before anything restarts the victim or reads the queue
     while set(old) & set(running(stack)):  # each job back on its queue (rescued), as Redis shows it
-        assert time.monotonic() - killed_at < 120, stack.log("bystander")
+        now = leases_of(stack, set(old))
+        assert all(now[k] == leases[k] for k in now), (leases, now)
+        assert time.monotonic() - killed_at < 120, stack.log("bystander")  # a test timeout only
         time.sleep(0.05)
-    back_s = time.time() - beat
-    assert back_s <= LEASE_S + RESCUE_S + 2.0, back_s  # README: lease + one rescue pass, from the last heartbeat
+    rescued = re.findall(r"re-queued (\d+) abandoned job", stack.log("bystander", tail=10**6))
+    assert sum(map(int, rescued)) == len(old), (rescued, old)
     readers_work(stack)
     stack.worker("victim", url, "--steps", "1", "--burst", env=FAST)  # restarted, same name
     while not any(jid in (now := running(stack)) and now[jid].worker_name != old[jid] for jid in old):
@@ -219,9 +234,8 @@ def test_a_worker_gives_up_on_redis_after_its_wait(stack):
     assert w.wait(60) == 4
     log = stack.log("running")
     assert log.count("unreachable") == 1 and "did not answer for 2 s" in log and "Traceback" not in log, log
-    t0 = time.monotonic()
     w = stack.worker("patient", url, "--steps", "1", env={**FAST, "POOL_WAIT_REDIS_S": "2"})
-    assert w.wait(60) == 2
+    assert w.wait(60) == 2  # a test timeout only: the wait it gave up after is named in its line
     log = stack.log("patient")
     assert log.count("unreachable") == 1 and "cannot start" in log and "--wait-redis" in log, log
-    assert "Traceback" not in log and time.monotonic() - t0 < 30
+    assert "did not answer for 2 s" in log and "Traceback" not in log, log

@@ -16,7 +16,8 @@ from stack import cli
 
 from pool_queue import presence
 from pool_queue.commands.status import plain_lines, render
-from pool_queue.status import RunStatus, StepStatus, WorkerStatus
+from pool_queue.prefix_cache import Engine
+from pool_queue.status import RunStatus, ServerStatus, StepStatus, WorkerStatus
 
 BIN = Path(sys.executable).parent
 
@@ -51,8 +52,11 @@ def _status() -> RunStatus:
         started_at=0.0, updated_at=0.0, health=True,
         held="http://10.0.12.34:8004 answered no forward for 241 s (POOL_SERVER_SILENT_S 240 s)",
     )  # fmt: skip
+    engine = Engine(running=64, waiting=4321, tokens_per_step=31234.5, steps=80, kv_cache_usage=0.876,
+                    processor_cache_hit_rate=0.5)  # fmt: skip
+    server = ServerStatus(server="http://10.0.12.34:8004", steps=[3], engine=engine)
     return RunStatus(at=time.time(), results="/scratch/user/some/long/path/pool/results/pool", screen="0123456789",
-                     steps=steps, workers=[w])  # fmt: skip
+                     steps=steps, workers=[w], servers=[server])  # fmt: skip
 
 
 def test_the_view_fits_80_columns_and_cuts_nothing():
@@ -61,7 +65,8 @@ def test_the_view_fits_80_columns_and_cuts_nothing():
     text = con.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "…" not in text
-    for want in ("299,366", "123,456", "65,432", "128,000", "2,560", "1111.1", "6d 14h", "63%", "25.5", "256/256"):
+    for want in ("299,366", "123,456", "65,432", "128,000", "2,560", "1111.1", "6d 14h", "63%", "25.5", "256/256",
+                 "4321", "31,234", "88%", "50%"):  # fmt: skip
         assert want in text, want
     joined = "".join(text.split())  # wrapped, not cut
     assert "gpu3-node-with-a-long-hostname.cluster.example.org.a1b2c3" in joined
@@ -71,8 +76,10 @@ def test_the_view_fits_80_columns_and_cuts_nothing():
 
 def test_plain_lines_say_everything_on_one_line_per_step():
     lines = plain_lines(_status()).splitlines()
-    assert len(lines) == 3
+    assert len(lines) == 4
     assert "step 1: done 123,456/299,366" in lines[0] and "prefix-cache hits 63%" in lines[0]
+    assert lines[3].endswith("http://10.0.12.34:8004 (steps 3): 64 running, 4321 waiting, 31,234 tokens/step, KV 88%, "
+                             "mm cache 50%")  # fmt: skip
 
 
 def test_watch_into_a_pipe_prints_a_line_per_step_and_refresh(pool_root):

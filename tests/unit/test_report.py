@@ -210,12 +210,16 @@ def test_survivors_without_frames_are_counted_in_status_and_report(pool_root, re
     items, _ = valid_store(pool_root)
     framed = {p.name for p in (pool_root / "frames" / "pool_frames").iterdir()}
     bare = sum(1 for i, it in enumerate(items) if i % 2 and it["video_id"] not in framed)  # survivors, no frames
-    assert bare > 0
-    note = f"{bare:,} survivors of step 1 have no frames: not screened in steps 2-3 here"
+    other = sum(1 for i, it in enumerate(items) if i % 2 and it["video_id"] not in framed and
+                not it["video_id"].startswith("k:"))  # fmt: skip
+    assert bare > other > 0  # both kinds: `k:` videos, and a few folders the snapshot lacks
+    note = (f"{bare:,} survivors of step 1 have no frames: not screened in steps 2-3 here ({bare - other} of `k:` "
+            f"videos, not downloaded in this snapshot; {other} of other videos, whose folder is missing from "
+            "frames/pool_frames)")  # fmt: skip
     item_set, frames = load_items(pool_root / "items"), pool_root / "frames" / "pool_frames"
     reader = StatusReader(item_set, _store(pool_root), frames, Redis.from_url(redis_url), P, probe_health=False)
     st = reader.read()
-    assert [s.no_frames for s in st.steps] == [0, bare, 0]
+    assert [s.no_frames for s in st.steps] == [0, bare, 0] and [s.no_frames_other for s in st.steps] == [0, other, 0]
     assert st.steps[1].eligible + bare == sum(1 for i in range(len(items)) if i % 2)  # every survivor accounted
     con = Console(record=True, width=100)
     con.print(render(st))

@@ -491,3 +491,30 @@ def test_the_batch_endpoint_by_release(procs, release, batch):
     else:
         assert r.status_code == 404 and r.json() == {"detail": "Not Found"}
     procs.stop(name)
+
+
+def test_a_sibling_is_answered_no_earlier_than_the_prefill_it_reuses(procs):
+    """vLLM caches a prefix's blocks when it schedules their prefill, so a sibling sent beside a video's first
+    conversation skips the frames' prefill but runs in the same engine step or a later one: it cannot be
+    answered before the first. Checked on the simulator's own count, not a clock: when the sibling's answer
+    comes, the first conversation's has been counted too (its prefill takes ~2.7 s at --speed 0.5, the
+    sibling's text ~0.4 s)."""
+    url = procs.sim("sim-sibling", free_port(), "--profile", "qwen3-vl-2b", "--speed", "0.5")
+    wait_health(url, 20)
+    parts = frames(5, 4)
+    (q1, o1), (q2, o2) = ITEMS[:2]
+
+    async def go() -> int:
+        async with httpx.AsyncClient(timeout=60) as c:
+            first = asyncio.create_task(c.post(url + CHAT, json=body_of(conversation(q1, o1, parts))))
+            while metric(url, "vllm:num_requests_running") < 1:  # the first is running: its frames are cached
+                await asyncio.sleep(0.01)
+            sibling = await c.post(url + CHAT, json=body_of(conversation(q2, o2, parts, data=False)))
+            assert sibling.status_code == 200, sibling.text
+            answered = metric(url, "vllm:request_success_total")
+            assert (await first).status_code == 200
+            return answered
+
+    assert asyncio.run(go()) == 2
+    assert metric(url, "vllm:prefix_cache_hits_total") == 4 * 112  # the sibling read the first's frames
+    procs.stop("sim-sibling")

@@ -1,18 +1,24 @@
 """Unit tests of the pieces the end-to-end tests only reach through a whole run: the chain rule, the step
-graph, the rate window, the error tree and the one place a command turns an error into one line."""
+graph, the rate window, a launcher's view of its workers' holds, the error tree and the one place a command
+turns an error into one line."""
 
 from __future__ import annotations
+
+import os
+import socket
+import time
 
 import pyarrow as pa
 import pytest
 from craft import P, items_of, row, write
+from redis import Redis
 
 from pool_queue.cli import reports_errors
 from pool_queue.errors import InputError, ItemFailure, PoolError, SetupError
 from pool_queue.frames import frame_videos, prepare_jpeg
 from pool_queue.items import ItemsError, load_items
 from pool_queue.plan import eligible, next_step_ids
-from pool_queue.presence import RateWindow
+from pool_queue.presence import HoldNews, RateWindow, WorkerSnapshot, publish
 from pool_queue.protocol import ProtocolError
 from pool_queue.store import Store, StoreError
 from pool_queue.synth import SynthConfig, generate
@@ -124,3 +130,39 @@ def test_real_like_synthetic_frames_pass_the_encoder_untouched(tmp_path):
     generate(root, cfg)
     frames = [p for p in (root / "frames" / "pool_frames").rglob("*") if p.suffix in (".jpg", ".png")]
     assert frames and all(p.suffix == ".jpg" and prepare_jpeg(p) == p.read_bytes() for p in frames)
+
+
+def test_a_launcher_says_each_hold_line_once_in_order_even_those_said_between_two_looks(redis_url):
+    """Through a real Redis: the lines a worker's presence carries are said once each, those of a hold that
+    began and ended between two looks too, and a worker that exits while held is said to have done so."""
+    conn, heard = Redis.from_url(redis_url), []
+    news = HoldNews(conn, heard.append)
+    lines: list[str] = []
+
+    def worker_says(*said: str, held: str | None) -> None:
+        lines.extend(said)
+        publish(conn, WorkerSnapshot(name="w.host.1", screen="s", server="http://x", steps=[1],
+                                     host=socket.gethostname(), pid=os.getpid(), max_inflight=1, inflight=0,
+                                     active_jobs=0, items=0, forwards=0, errors=0, removed=0, retries=0,
+                                     items_per_s=0, forwards_per_s=0, outage_s=0, server_up=True, held=held,
+                                     hold_lines=lines[-8:], hold_said=len(lines), started_at=time.time(),
+                                     updated_at=time.time()))  # fmt: skip
+
+    worker_says(held=None)
+    news.look([os.getpid()])
+    worker_says("disk full: held", held="disk full")
+    news.look([os.getpid()])
+    news.look([os.getpid()])  # nothing new: nothing said again
+    worker_says("disk back: taking work again", "server silent: held", "server back: taking work again", held=None)
+    news.look([os.getpid()])
+    worker_says("disk full: held", held="disk full")
+    news.look([os.getpid()])
+    news.look([])  # the worker process is gone
+    assert heard == [
+        "w.host.1: disk full: held",
+        "w.host.1: disk back: taking work again",
+        "w.host.1: server silent: held",
+        "w.host.1: server back: taking work again",
+        "w.host.1: disk full: held",
+        "w.host.1: exited; it was held when last seen (disk full)",
+    ]
