@@ -76,7 +76,8 @@ test: $(STAMP)
 	$(MAKE) --no-print-directory test-vllm VLLM=oldest
 	$(MAKE) --no-print-directory $(RQ_STAMP)
 	$(RQ_VENV)/bin/python -c 'import rq; print("again on rq", rq.__version__)'
-	$(RQ_VENV)/bin/pytest -q tests/unit/test_lease.py tests/e2e/test_recovery.py
+	$(RQ_VENV)/bin/pytest -q tests/unit/test_lease.py tests/e2e/test_recovery.py \
+		tests/e2e/test_status_view.py::test_rq_shows_a_worker_busy_while_it_holds_jobs_and_idle_once_it_holds_none
 
 # ruff and the unit tests, a few minutes: what a contributor runs before each commit.
 test-quick: $(STAMP)

@@ -33,6 +33,7 @@ from .settings import Settings
 from .sizing import FALLBACK_SEQS, Sizing, frame_tokens, many_images, step_budget
 from .sizing import MAX_MODEL_LEN as MAX_MODEL_LEN  # the server's limit: the simulator refuses what vLLM does
 
+SIM_COMMAND = (sys.executable, "-m", "pool_queue.sim")  # the simulated server; its arguments follow
 MAX_PIXELS = 448 * 448  # the processor never upsizes a protocol frame past 448 x 448
 # Prefill budget per engine step: a model whose requests carry many images gets twice the tokens
 # (step 3's 32 images: 6.0 -> 6.9 req/s, measured). MAX_BATCHED_TOKENS=derived sizes it from the frames.
@@ -112,6 +113,16 @@ def _release_key(version: str) -> tuple[int, ...]:
 def cores_per_server(n_servers: int) -> int:
     """This process's cores (Slurm's and docker's CPU sets count) shared by the node's servers."""
     return max(1, len(os.sched_getaffinity(0)) // max(1, n_servers))
+
+
+def server_cores(protocol: Protocol, servers: list[Server], srv: Server) -> int:
+    """The GPU's cores (the host's, shared by its GPUs) for one of its servers. Sharing its GPU, the steps-1-2
+    server takes half of them and step 3's all of its (preprocessing is step 3's limit): as measured co-served
+    on the H200 (h200.md, 4 and 8 API servers on 16 cores)."""
+    cores = cores_per_server(len({v.device for v in servers}))
+    if srv.util is not None and not many_images(protocol, srv.steps):
+        return max(1, cores // 2)
+    return cores
 
 
 def flags_of_release(version: str) -> frozenset[str]:
@@ -385,12 +396,13 @@ def server_argv(
     srv: Server,
     model_path: str,
     sim: bool,
-    tuning: Tuning,
+    tuning: Tuning | None,
     known: frozenset[str] | None = None,
     max_seqs: int | None = None,
     budget: int | None = None,
 ) -> list[str]:
-    """`known`: the optional flags the installed vLLM accepts (`vllm_flags`); None passes them all.
+    """`tuning`: the throughput-only options (none: vLLM's defaults; a simulator takes none of them).
+    `known`: the optional flags the installed vLLM accepts (`vllm_flags`); None passes them all.
     `max_seqs`: the derived batch (`sizing.size`), when MAX_SEQS is not set; `budget`: the prefill budget
     (`batched_tokens`), else the default."""
     spec, images = protocol.steps[srv.steps[0]], images_per_prompt(protocol, srv.steps)
@@ -403,7 +415,7 @@ def server_argv(
         "--max-num-seqs", str(s.max_seqs or max_seqs or FALLBACK_SEQS),
     ]  # fmt: skip
     if sim:
-        return [sys.executable, "-m", "pool_queue.sim", "--model", spec.model, *fixed]
+        return [*SIM_COMMAND, "--model", spec.model, *fixed]
     return [
         *shlex.split(s.vllm), "serve", model_path, *fixed,
         "--host", "0.0.0.0",
@@ -411,7 +423,7 @@ def server_argv(
         "--mm-processor-kwargs", json.dumps({"max_pixels": MAX_PIXELS}),
         "--dtype", "bfloat16",
         "--max-num-batched-tokens", str(budget or default_budget(protocol, srv.steps)),
-        *optional_args(tuning, known),
+        *(optional_args(tuning, known) if tuning else []),
     ]  # fmt: skip
 
 

@@ -29,7 +29,7 @@ from rq.registry import FinishedJobRegistry
 from rq.results import Result
 from rq.serializers import JSONSerializer
 from rq.utils import now, utcformat
-from rq.worker import BaseWorker
+from rq.worker import BaseWorker, WorkerStatus
 
 from .queue import RESULT_TTL_S, ChunkJob, Screen
 from .rescue import redis_now
@@ -247,6 +247,24 @@ def fail(
             lease.queue.enqueue_job(job, pipeline=p)
 
     return _owned(conn, lease, then) and final
+
+
+def show_state(worker: BaseWorker, jobs: list[str]) -> None:
+    """RQ's view of a worker (`rq info`, rq-dashboard), through its public API: busy while it holds any of `jobs`,
+    idle when it holds none. RQ 3 finds the current jobs in the worker's executions, which `claim` registers;
+    RQ 2 keeps one current job in the worker's hash: the first of `jobs`. A worker whose key is gone (Redis
+    flushed) is left to its next heartbeat, which registers it whole: a write here would leave a stub RQ lists
+    nowhere and the heartbeat would take for the worker."""
+
+    def txn(p: Pipeline) -> None:
+        there = p.exists(worker.key)
+        p.multi()
+        if there:
+            worker.set_state(WorkerStatus.BUSY if jobs else WorkerStatus.IDLE, pipeline=p)
+            if hasattr(worker, "set_current_job_id"):  # RQ 2 only
+                worker.set_current_job_id(jobs[0] if jobs else None, pipeline=p)
+
+    _transact(worker.connection, txn, worker.key)
 
 
 def _text(v: bytes | str | None) -> str | None:

@@ -17,6 +17,7 @@ import tarfile
 from datetime import date
 from pathlib import Path
 
+from .fetch import ITEMS_REPO
 from .progress import byte_progress
 from .segment_index import INDEX_DIR_PREFIX
 from .shards import sha256_file
@@ -73,6 +74,17 @@ def is_synthetic(tar_path: Path) -> bool:
     except (tarfile.TarError, OSError, EOFError) as e:
         raise ValueError(f"{tar_path.name} is not a pack (a gzipped tar) that pool-pack writes: {e}") from None
     return first is not None and first.name == SYNTHETIC
+
+
+def upload_hint(tar_path: Path) -> str:
+    """What pool-upload will do with this pack, told from the pack as pool-upload tells it (`is_synthetic`):
+    the command that sends it, or, for a synthetic pack, that it is refused and the one command that sends it
+    anyway, to a test repo."""
+    if is_synthetic(tar_path):
+        return (f"synthetic: the pack carries {SYNTHETIC} (a root made by pool-synth or pool-demo), so pool-upload "
+                f"refuses to send it to {ITEMS_REPO}; to try the upload itself: pool-upload --synthetic-ok --repo "
+                f"<your test repo> {tar_path}")  # fmt: skip
+    return f"send it: pool-upload {tar_path}"
 
 
 def check_sha(tar_path: Path, sha_path: Path) -> None:

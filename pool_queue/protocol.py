@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .errors import InputError
 
 LN2 = math.log(2.0)
+BATCH_PATH = "/v1/chat/completions/batch"  # vLLM 0.22 and later: a video's items as one request
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 MAX_OPTIONS = len(LETTERS)
 
@@ -33,6 +34,16 @@ def image_part(url: str, uuid: str | None = None) -> dict[str, Any]:
     if uuid is not None:
         part["uuid"] = uuid
     return part
+
+
+def lists_batch(openapi: bytes) -> bool:
+    """Whether a server's /openapi.json lists the batch endpoint: the one sign of it that is not guessed from a
+    404 (vLLM also answers 404 for a model it does not serve). The workers and pool-launch both ask it."""
+    try:
+        paths = json.loads(openapi).get("paths")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(paths, dict) and BATCH_PATH in paths
 
 
 class ProtocolError(InputError, ValueError):

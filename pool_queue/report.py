@@ -43,6 +43,10 @@ class StepReport:
         return self.rows.filter(pc.equal(self.rows.column("status"), "ok"))
 
     @property
+    def items_per_s(self) -> float | None:
+        return working_rate(self.rows, self.wall_s)
+
+    @property
     def n_removed(self) -> int:
         return _count(self.ok.column("removed"))
 
@@ -61,9 +65,22 @@ def _count(mask: pa.ChunkedArray | pa.Array) -> int:
     return int(pc.sum(pc.fill_null(mask, False)).as_py() or 0)
 
 
-def step_report(step: int, store: Store, items: ItemSet) -> StepReport:
+def step_rows(step: int, store: Store, items: ItemSet) -> pa.Table:
+    """The step's winners of items in the item table, with n_options: the rows the report counts (pool-status
+    takes its rate while working from the same rows, so the two agree)."""
     known = items.items.select(["item_id", "n_options"])
-    w = store.winners(step).join(known, "item_id", join_type="inner")
+    return store.winners(step).join(known, "item_id", join_type="inner")
+
+
+def working_rate(rows: pa.Table, busy: float | None = None) -> float | None:
+    """Items per second while working: the rows over their busy time (`busy_s`, given when known); None
+    before any row."""
+    busy = busy_s(rows) if busy is None else busy
+    return rows.num_rows / busy if busy else None
+
+
+def step_report(step: int, store: Store, items: ItemSet) -> StepReport:
+    w = step_rows(step, store, items)
     final = store.settled(step)
     done = _count(pc.is_in(w.column("item_id"), value_set=final))
     errs = w.filter(pc.equal(w.column("status"), "error")).sort_by("item_id")

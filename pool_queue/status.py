@@ -24,6 +24,7 @@ from .items import ItemSet
 from .plan import eligible, frameless, reachable
 from .protocol import Protocol
 from .queue import Screen, other_screens, screen_of
+from .report import step_rows, working_rate
 from .store import Store
 
 WINDOWS_S = (60, 300)
@@ -44,8 +45,9 @@ class StepStatus(BaseModel):
     running_jobs: int | None
     running_items: int | None  # eligible items still to do whose job runs now
     failed_jobs: int | None  # failed for good (RQ's failed registry); pool-enqueue --retry-failed re-runs them
-    items_per_s_1m: float
-    items_per_s_5m: float
+    items_per_s_1m: float  # the step's rows finished in the last minute (or since its first row), pauses included
+    items_per_s_5m: float  # the same over five minutes: the ETA's rate
+    items_per_s_working: float | None = None  # over the step's busy time: pool-report's items/s (report.working_rate)
     eta_s: float | None  # remaining / the 5-minute rate; None when nothing moves or no worker takes the step
     workers: int | None = None  # live workers taking this step (None: Redis unreachable)
     prefix_cache_hit_rate: float | None = None  # vLLM's, over the step's prompt tokens (prefix_cache.py)
@@ -183,6 +185,7 @@ class StatusReader:
             failed_jobs=q.failed_jobs if q else None,
             items_per_s_1m=rates[0],
             items_per_s_5m=rates[1],
+            items_per_s_working=working_rate(step_rows(step, self.store, self.items)),
             eta_s=remaining / rates[1] if moving else None,
             workers=workers,
             prefix_cache_hit_rate=cache.rate if cache else None,

@@ -24,13 +24,13 @@ import orjson
 from pool_queue import prefix_cache
 from pool_queue.errors import ItemFailure, SetupError
 from pool_queue.progress import duration
+from pool_queue.protocol import BATCH_PATH, lists_batch
 from pool_queue.rows import ErrorKind
 
 from .transport import SlimTransport
 from .waiting import Note, Stop
 
 log = logging.getLogger(__name__)
-BATCH_PATH = "/v1/chat/completions/batch"
 
 
 class ForwardError(ItemFailure):
@@ -259,10 +259,9 @@ class VLLMClient:
         never guessed from a 404, which vLLM also answers for a model it does not serve."""
         try:
             r = await self.http.get("/openapi.json", timeout=15.0)
-            paths = orjson.loads(r.content).get("paths") if r.status_code == 200 else None
-        except (httpx.HTTPError, orjson.JSONDecodeError, AttributeError):
+        except httpx.HTTPError:
             return False
-        return isinstance(paths, dict) and BATCH_PATH in paths
+        return r.status_code == 200 and lists_batch(r.content)
 
     @contextlib.contextmanager
     def _awaited(self) -> Iterator[None]:

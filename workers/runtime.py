@@ -106,6 +106,8 @@ class Worker:
         )
         self.writers: dict[int, SegmentWriter] = {}
         self.active: dict[str, leases.Lease] = {}
+        self.jobs_changed = asyncio.Event()  # `active` changed (and at start): RQ's view of us follows (upkeep)
+        self.jobs_changed.set()
         self.runs: dict[str, asyncio.Task[None]] = {}  # job id -> its task
         self.reserved: dict[str, int] = {}  # job id -> its forwards counted in the backlog before its items start
         self.holds = Holds(name, note_s)
@@ -270,6 +272,7 @@ class Worker:
         recovery, most are settled) are claimed a few at a time, not by the hundred."""
         job, spec = lease.job.id, self.protocol.steps.get(lease.payload.step)  # an unknown step fails in the job
         self.active[job] = lease
+        self.jobs_changed.set()
         self.reserved[job] = (spec.n_orders if spec else 1) * len(lease.payload.items)
         self.backlog += self.reserved[job]
         self.runs[job] = task = asyncio.create_task(self._run_job(lease))
@@ -279,7 +282,12 @@ class Worker:
         """The job's reservation, and a task cancelled before it ran (a hand-back right after the claim): its
         lease is no longer renewed, so it expires and the job runs again."""
         self._release(job)
-        self.active.pop(job, None)
+        self._drop(job)
+
+    def _drop(self, job: str) -> None:
+        """The job is no longer ours to renew or show: its lease ended (or expires, after a cancel)."""
+        if self.active.pop(job, None) is not None:
+            self.jobs_changed.set()
         self.runs.pop(job, None)
 
     def _release(self, job: str) -> None:
@@ -329,8 +337,7 @@ class Worker:
             if final:
                 log.error("%s: job %s failed %d times: in the failed registry", self.name, lease.job.id, lease.failures)
         finally:  # here, not one loop tick later in _ended: a heartbeat must not renew an ended lease
-            self.active.pop(lease.job.id, None)
-            self.runs.pop(lease.job.id, None)
+            self._drop(lease.job.id)
 
     async def _end(self, fn: Callable[..., bool], *args: object) -> bool:
         try:

@@ -63,6 +63,7 @@ class Tended(Protocol):
     screener: Screener
     rq: RQWorker
     active: dict[str, leases.Lease]
+    jobs_changed: asyncio.Event  # set when `active` changes: RQ's view of the worker follows
     all_queues: list[Queue]
     silent_s: float
     max_inflight: int
@@ -77,7 +78,8 @@ class Tended(Protocol):
 
 
 def tasks(w: Tended) -> list[asyncio.Task[None]]:
-    return [asyncio.create_task(loop(w)) for loop in (heartbeats, rescues, watch_server, read_cache, report)]
+    duties = (heartbeats, show_state, rescues, watch_server, read_cache, report)
+    return [asyncio.create_task(duty(w)) for duty in duties]
 
 
 async def heartbeats(w: Tended) -> None:
@@ -87,6 +89,20 @@ async def heartbeats(w: Tended) -> None:
             await w.link.attempt(beat, w)  # Redis away: the outage is logged once, leases have slack
         except Exception as e:
             log.warning("%s: heartbeat failed: %s", w.name, e)
+        w.jobs_changed.set()  # RQ's view again: a write lost to an outage, or a key born again, is right once more
+
+
+async def show_state(w: Tended) -> None:
+    """RQ's view of the worker (`rq info`, rq-dashboard) follows its jobs: busy from the claim of its first job,
+    idle once its last one ended, not a heartbeat later. One write at a time, each from the jobs held when it is
+    sent, so the last write is the present state whichever Redis thread finishes first."""
+    while True:
+        await w.jobs_changed.wait()
+        w.jobs_changed.clear()
+        try:
+            await w.link.attempt(leases.show_state, w.rq, list(w.active))
+        except Exception as e:  # a display: never worth a worker
+            log.warning("%s: showing the worker's state to RQ failed: %s", w.name, e)
 
 
 def beat(w: Tended) -> None:
@@ -94,7 +110,6 @@ def beat(w: Tended) -> None:
     if not w.conn.exists(w.rq.key):  # Redis lost its data (or our key expired): be seen again
         w.rq.register_birth()  # type: ignore[no-untyped-call]
     w.rq.heartbeat()
-    w.rq.set_state("busy" if w.active else "idle")
     presence.publish(w.conn, snapshot(w))
 
 

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow.compute as pc
 from redis import Redis
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -159,16 +160,17 @@ def _demo(a: argparse.Namespace, con: Console) -> None:
     title = f"demo screen of {item_set.items.num_rows} items"
     t = Table("step", "done", "removed", "errors", "wall", "items/s", title=title)
     for s in sorted(protocol.steps):
-        r = step_report(s, store, item_set)  # the report's numbers: rows over the step's own wall time
-        rate = f"{r.rows.num_rows / r.wall_s:.1f}" if r.wall_s else "-"
-        t.add_row(str(s), str(r.rows.num_rows), str(r.n_removed), str(r.n_errors), duration(r.wall_s), rate)
+        r = step_report(s, store, item_set)  # the report's numbers: its items done, its items/s while working
+        rate = "-" if r.items_per_s is None else f"{r.items_per_s:.1f}"
+        t.add_row(str(s), str(r.done), str(r.n_removed), str(r.n_errors), duration(r.wall_s), rate)
     con.print(t)
     frames = a.root / "frames" / "pool_frames"
     for line in frameless_notes(protocol, item_set.items, store, frames):
         con.print(line, highlight=False)
     con.print(f"rows in {results}")
-    checked = run_audit(results, protocol, item_set, frames, show=False, tar_dir=a.root / "frames_tar")
-    con.print(summary(checked).splitlines()[-1])
+    # the demo screens every step to its end: an unfinished one is a problem, and each finding is shown
+    checked = run_audit(results, protocol, item_set, frames, show=False, tar_dir=a.root / "frames_tar", complete=True)
+    con.print(summary(checked), highlight=False)
     report = write_report(store, item_set, protocol, _report_dir(results), frames)
     con.print(f"report with plots: {report}")
     print(_commands(a.root, results, redis_url, env, live=False), flush=True)
@@ -204,7 +206,9 @@ def _watch(
             time.sleep(1.0)
             counts = {}
             for s in tasks:
-                counts[s] = store.winners(s).num_rows, eligible(protocol, s, items, store, frames).num_rows
+                elig = eligible(protocol, s, items, store, frames).column("item_id")
+                done = pc.sum(pc.is_in(elig, value_set=store.settled(s))).as_py() or 0  # done as pool-status counts it
+                counts[s] = done, len(elig)
                 prog.update(tasks[s], total=counts[s][1], completed=counts[s][0])
             if plain and time.monotonic() - said >= every_s:
                 said = time.monotonic()

@@ -29,8 +29,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
+import httpx
 from huggingface_hub.errors import LocalEntryNotFoundError
 from redis import AuthenticationError, RedisError
 
@@ -38,12 +40,12 @@ from ..cli import fail, load_protocol, number, parser, reports_errors, settings
 from ..hostlock import hold
 from ..launch import (
     OPTIONAL_FLAGS,
+    SIM_COMMAND,
     Budget,
     Server,
     Tuning,
     batched_tokens,
     cache_gb_per_api_server,
-    cores_per_server,
     devices,
     log_name,
     log_tag,
@@ -51,6 +53,7 @@ from ..launch import (
     plan_phases,
     ports,
     server_argv,
+    server_cores,
     server_env,
     snapshot,
     split_counts,
@@ -60,9 +63,10 @@ from ..launch import (
 from ..presence import HoldNews
 from ..procs import Procs, StopRequest, free_port, port_taken, wait_health
 from ..progress import duration
-from ..protocol import Protocol
+from ..protocol import BATCH_PATH, Protocol, lists_batch
 from ..queue import Screen
 from ..settings import BURST_WAIT_S, Settings, redis_data, url_from_file
+from ..sim.__main__ import options as sim_options
 from ..sizing import Sizing, coserve, gpu_memory_gib, many_images, size
 from ..supervise import Supervisor
 from . import enqueue
@@ -334,18 +338,18 @@ def _sizes(s: Settings, protocol: Protocol, servers: list[Server], gib: float | 
 def _tuning(
     s: Settings, protocol: Protocol, servers: list[Server], srv: Server, release: str | None, inflight: int
 ) -> Tuning:
-    """The GPU's cores (the host's, shared by its GPUs) for one server, said in one line. Sharing its GPU, the
-    steps-1-2 server takes half of them and step 3's all of its (preprocessing is step 3's limit): as
-    measured co-served on the H200 (h200.md, 4 and 8 API servers on 16 cores). The vLLM release decides
-    whether the workers send batches, and so whether a processor cache pays (`Tuning.for_cores`)."""
-    cores = cores_per_server(len({v.device for v in servers}))
-    if srv.util is not None and not many_images(protocol, srv.steps):
-        cores = max(1, cores // 2)
+    """The options for one server's cores (`server_cores`), said in one line. The vLLM release decides whether
+    the workers send batches, and so whether a processor cache pays (`Tuning.for_cores`)."""
+    cores = server_cores(protocol, servers, srv)
     api = Tuning.for_cores(cores, s.api_servers, s.renderer_workers).api_servers
     frames = max(protocol.steps[step].n_frames for step in srv.steps)
     host_gib = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
     cache = cache_gb_per_api_server(frames, inflight, api, len(servers), host_gib)
     t = Tuning.for_cores(cores, s.api_servers, s.renderer_workers, release, cache)
+    if s.batch == "off":
+        t = replace(t, why="POOL_BATCH=off: one request per forward, no processor cache")
+    elif release is None:
+        t = replace(t, why=f"the release of `{s.vllm}` unknown: no processor cache")
     gib = t.processor_cache_gb
     total = f" ({t.api_servers} x {gib:g} = {t.api_servers * gib:.1f} GiB of host memory)" if gib else ""
     print(
@@ -353,6 +357,21 @@ def _tuning(
         f"cache {gib:g} GiB per API server{total}, OMP_NUM_THREADS={t.omp_threads} unless set ({cores} cores); {t.why}"
     )
     return t
+
+
+def _requests(srv: Server, batch: str) -> str:
+    """How the workers of a healthy server will send, from what the server lists (its /openapi.json, as each
+    worker asks it at start), not from the release the options were chosen for."""
+    if batch == "off":
+        return "POOL_BATCH=off: the workers send one request per forward"
+    try:
+        r = httpx.get(f"{srv.url}/openapi.json", timeout=15.0)
+        listed = r.status_code == 200 and lists_batch(r.content)
+    except httpx.HTTPError:
+        listed = False
+    if listed:
+        return f"it lists {BATCH_PATH}: the workers send a video's items as one request"
+    return f"its /openapi.json lists no {BATCH_PATH}: the workers send one request per forward"
 
 
 def _budgets(
@@ -385,12 +404,16 @@ def _start_servers(
         fail(f"model not in the local hub cache ({e}); run `pool-fetch --models` first (or set HF_HOME)")
     known = None if a.sim else _flags_known(s.vllm)
     name = {v: log_name("vllm", log_tag(v, a.step, a.split), v) for v in servers}
-    release = None if a.sim or s.batch == "off" else vllm_release(s.vllm)  # no batches: today's options
-    tuning = {v: _tuning(s, protocol, servers, v, release, s.workers or sizes[v.steps].max_seqs) for v in servers}
+    tuning: dict[Server, Tuning | None] = dict.fromkeys(servers)  # a simulator takes none of vLLM's options
+    if not a.sim:
+        release = None if s.batch == "off" else vllm_release(s.vllm)  # no batches: today's options
+        tuning = {v: _tuning(s, protocol, servers, v, release, s.workers or sizes[v.steps].max_seqs) for v in servers}
     budget = _budgets(s, protocol, servers, sizes, a.sim)
     sim = ["--speed", str(a.sim_speed), "--warmup-s", str(a.sim_warmup_s)] if a.sim else []
     argv = {v: [*server_argv(s, protocol, v, paths[v.steps], a.sim, tuning[v], known, sizes[v.steps].max_seqs,
                              budget[v.steps].tokens), *sim] for v in servers}  # fmt: skip
+    for v in servers if a.sim else ():
+        print(f"{v.name} simulator options: {sim_options(argv[v][len(SIM_COMMAND) :])}")
     bring = Bringup(len(servers))
 
     def bring_up(on_gpu: list[Server]) -> None:
@@ -403,7 +426,7 @@ def _start_servers(
             if why := _wait_healthy(procs, name[v], v, a.health_timeout, s.wait_note_s):
                 bring.events.put((v, _explain(s.logs_dir / f"{name[v]}.log", why)))
                 return
-            print(f"{v.name} healthy after {time.monotonic() - t0:.0f} s", flush=True)
+            print(f"{v.name} healthy after {time.monotonic() - t0:.0f} s; {_requests(v, s.batch)}", flush=True)
             bring.events.put((v, None))
 
     what = {v: f"{protocol.steps[v.steps[0]].model} (steps {','.join(map(str, v.steps))})" for v in servers}
@@ -433,6 +456,14 @@ class Bringup:
             out.append(self.events.get())
         self.pending -= len(out)
         return out
+
+
+def _watch_command(a: argparse.Namespace, s: Settings) -> str:
+    """The pool-status line that shows this launch from the same shell: the folders it was given on its command
+    line, and its Redis (an embedded one no setting names; a URL that holds a password is left to the settings)."""
+    flags = [f"--{k.replace('_', '-')} {getattr(a, k)}" for k in ("root", "results", "protocol_file") if getattr(a, k)]
+    redis = [] if "@" in s.redis_url else [f"--redis-url {s.redis_url}"]
+    return " ".join(["pool-status --watch", *flags, *redis])
 
 
 def _supervise(
@@ -485,9 +516,9 @@ def _supervise(
                 continue
             for k in range(sizes[srv.steps].processes):
                 sup.add(*worker_starter(srv, k), srv.steps)
-            print(f"{srv.name}: {sizes[srv.steps].processes} worker(s) started; progress: pool-status --watch; "
+            print(f"{srv.name}: {sizes[srv.steps].processes} worker(s) started; progress: {_watch_command(a, s)}; "
                   f"logs in {s.logs_dir}", flush=True)  # fmt: skip
-            if not ready.pending:
+            if not ready.pending and not failed:  # a server that failed in this same round is not healthy
                 print("all servers healthy")
         with contextlib.suppress(RedisError):  # Redis away: its workers wait for it, the next look says more
             holds.look([p.pid for p in sup.running()])

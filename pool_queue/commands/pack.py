@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..cli import fail, load_protocol, output_dir, parser, reports_errors, settings
-from ..pack import SYNTHETIC, pack, pack_name
+from ..pack import pack, pack_name, upload_hint
 from .audit import audit_results, summary
 
 
@@ -37,9 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     except (FileNotFoundError, PermissionError) as e:
         fail(str(e))
     print(f"packed {tar_path} ({tar_path.stat().st_size / 1e6:,.1f} MB)\nchecksum {sha_path}")
-    if (s.root / SYNTHETIC).is_file():
-        print(f"synthetic: {s.root} was made by pool-synth, so the pack carries {SYNTHETIC}; pool-upload refuses it")
-    print(f"send it: pool-upload {tar_path}")
+    print(upload_hint(tar_path))
 
 
 if __name__ == "__main__":

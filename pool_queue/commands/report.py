@@ -67,7 +67,7 @@ def markdown(
     cache = prefix_cache.read(results)
     for s, r in reps.items():
         ex = ", ".join(r.error_ids[:EXAMPLES]) + (" ..." if r.n_errors > EXAMPLES else "")
-        rate = f"{r.rows.num_rows / r.wall_s:.1f}" if r.wall_s else "-"
+        rate = "-" if r.items_per_s is None else f"{r.items_per_s:.1f}"
         hit = cache[s].rate if s in cache else None
         hits = f"{100 * hit:.1f} %" if hit is not None else "-"
         rows.append([s, f"{r.done:,}", f"{r.n_removed:,}", f"{r.n_errors:,}", ex or "-", duration(r.wall_s)])

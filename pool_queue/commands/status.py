@@ -1,10 +1,11 @@
 """pool-status: how far the screen is, how fast it goes, and whether anything looks wrong.
 
-Per step: eligible, done, removed, errors, queued and running items, items/s over the last
-minute and five minutes, ETA, and the run package's REMAINING_TOTAL=<n>. Per worker: server,
-rate, requests in flight, server health, last error. Per server, what vLLM's own /metrics say about its
-engine: requests running and waiting, tokens per engine step, KV cache use, processor-cache hits.
---watch refreshes a live view; --json is for scripts. `rq info` keeps working beside it.
+Per step: eligible, done, removed, errors, queued and running items, items/s over the last five
+minutes (pauses included: the ETA's rate) and while working (pool-report's items/s), ETA, and the run
+package's REMAINING_TOTAL=<n>. Per worker: server, items/s over the last minute, requests in flight,
+server health, last error. Per server, what vLLM's own /metrics say about its engine: requests running
+and waiting, tokens per engine step, KV cache use, processor-cache hits. --watch refreshes a live view;
+--json is for scripts. `rq info` keeps working beside it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ..items import load_items
 from ..plan import Frameless, frameless_note
 from ..prefix_cache import Engine
 from ..progress import duration
+from ..report import IDLE_GAP_S
 from ..status import RunStatus, StatusReader, StepStatus
 from ..store import Store
 
@@ -43,6 +45,19 @@ def idle(s: StepStatus) -> bool:
 def step_rate(s: StepStatus) -> str:
     """The 5-minute rate while a live worker takes the step (with none, the last rows' rate only falls)."""
     return "-" if s.workers == 0 else f"{s.items_per_s_5m:.1f}"
+
+
+def working_rate(s: StepStatus) -> str:
+    """Items per second over the step's busy time, as pool-report computes its items/s."""
+    return "-" if s.items_per_s_working is None else f"{s.items_per_s_working:.1f}"
+
+
+def rates_line(st: RunStatus) -> str:
+    """Each rate's window in words, and the rate pool-report prints, so two figures that differ say why."""
+    working = ", ".join(f"step {s.step} {working_rate(s)}" for s in st.steps)
+    return (f"/s 5m: a step's items of the last 5 min (since its first row, if later) per second, pauses included "
+            f"(the ETA's rate); while working, as pool-report's items/s (pauses over {IDLE_GAP_S:g} s left out): "
+            f"{working}")  # fmt: skip
 
 
 def eta(s: StepStatus) -> str:
@@ -79,7 +94,8 @@ def render(st: RunStatus) -> Group:
             "-" if idle(s) else eta(s),
             _pct(s.prefix_cache_hit_rate),
         )
-    parts: list[Table | Text | str] = [head, steps, "cache: vLLM prefix-cache hits (share of prompt tokens)"]
+    parts: list[Table | Text | str] = [head, steps, Text(rates_line(st))]
+    parts.append("cache: vLLM prefix-cache hits (share of prompt tokens)")
     parts += [Text(line) for line in frameless_lines(st)]
     if stalled := [str(s.step) for s in st.steps if idle(s)]:
         parts.append(f"[yellow]step {', '.join(stalled)}: work left and no workers, so no ETA[/]")
@@ -99,13 +115,14 @@ def render(st: RunStatus) -> Group:
             parts.append("no live workers (none started, or all stopped)")
         return Group(*parts)
     workers = _table(
-        f"{len(st.workers)} worker(s)", ("worker", "steps", "items/s", "in flight", "server", "errors"), False
+        f"{len(st.workers)} worker(s)", ("worker", "steps", "/s 1m", "in flight", "server", "errors"), False
     )
     for w in st.workers:
         up = {True: "[green]up[/]", False: "[red]DOWN[/]", None: "?"}[w.health if w.health is not None else w.server_up]
         rate, load = f"{w.items_per_s:.1f}", f"{w.inflight}/{w.max_inflight}"
         workers.add_row(f"{w.name}\n{w.server}", ",".join(map(str, w.steps)), rate, load, up, str(w.errors))
     parts.append(workers)
+    parts.append("/s 1m: a worker's items of the last minute (since it started, if later) per second")
     if st.servers:
         engines = _table("the servers' engines (vLLM's /metrics)",
                          ("server", "steps", "running", "waiting", "tokens/step", "KV", "mm cache"), False)  # fmt: skip
@@ -137,7 +154,7 @@ def plain_lines(st: RunStatus) -> str:
     workers = "?" if st.redis_error else len(st.workers)
     lines = [
         f"{clock} step {s.step}: done {s.done:,}/{s.eligible:,}, removed {s.removed:,}, errors {s.errors:,}, "
-        f"{_queue(st, s)}, {step_rate(s)}/s, ETA {eta(s)}, "
+        f"{_queue(st, s)}, {step_rate(s)}/s over 5m, {working_rate(s)}/s while working, ETA {eta(s)}, "
         f"prefix-cache hits {_pct(s.prefix_cache_hit_rate)}; workers {workers}"
         for s in st.steps
     ]

@@ -13,7 +13,8 @@ from pathlib import Path
 from aiohttp import web
 
 from ..cli import Parser, number
-from .dialects import NEWEST, dialect
+from ..protocol import BATCH_PATH
+from .dialects import BATCH_SINCE, NEWEST, dialect
 from .faults import FaultPlan, parse_rates, parse_schedule
 from .model import PROFILES, profile_of
 from .server import SimConfig, SimServer
@@ -63,6 +64,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine-dead", action="store_true", help="/health 503 and every request 503")
     p.add_argument("--log", type=Path, help="log file (default: stderr)")
     return p
+
+
+def options(argv: list[str]) -> str:
+    """What a simulator started with these arguments serves, read by its own parser, so pool-launch reports the
+    simulator's options rather than a vLLM's: the release it answers as, the batch endpoint, its processor cache."""
+    a, _ = build_parser().parse_known_args(argv)
+    d = dialect(a.vllm)
+    batch = f"serves {BATCH_PATH}" if d.batch else f"no {BATCH_PATH} (vLLM {BATCH_SINCE} and later)"
+    return f"answers as vLLM {a.vllm}, {batch}, processor cache {a.mm_processor_cache_gb:g} GiB"
 
 
 def main(argv: list[str] | None = None) -> None:

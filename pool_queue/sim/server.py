@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from ..protocol import BATCH_PATH as BATCH
 from .checks import Limits, Parsed, SimError, check, check_batch
 from .dialects import Dialect, dialect
 from .faults import FaultPlan
@@ -27,7 +28,6 @@ from .model import Profile, answer
 
 CHAT = "/v1/chat/completions"
 STEP_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)  # vLLM's, for iteration tokens
-BATCH = "/v1/chat/completions/batch"
 
 
 @dataclass

@@ -84,7 +84,7 @@ def test_a_root_decides_its_store_unless_the_results_are_named_as_explicitly(mon
 
 def test_demo_runs_the_whole_screen(tmp_path, monkeypatch):
     """As a new user: the demo says where its Redis is and which commands work; afterwards the bare
-    commands in that folder find the demo; its items/s are the report's."""
+    commands in that folder that read the results find the demo; its items/s are the report's."""
     bindir = Path(sys.executable).parent
     env = {k: v for k, v in os.environ.items() if k != "POOL_ENV_FILE"}  # read the .env the demo writes
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if Path(p) != bindir)  # not activated
@@ -105,7 +105,7 @@ def test_demo_runs_the_whole_screen(tmp_path, monkeypatch):
     # the README's lines after a demo, as written, in a fresh shell after the README's setup: bare commands
     # find the demo; and the lines the demo printed work as printed, without that setup
     fresh = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    for line in fenced_lines("afterwards the bare commands find the demo:"):
+    for line in fenced_lines("afterwards the bare commands that read the results find the demo"):
         done = subprocess.run(["bash", "-c", f"source {bindir}/activate && {line}"], capture_output=True, text=True,
                               timeout=120, cwd=tmp_path, env=fresh)  # fmt: skip
         assert done.returncode == 0, (line, done.stderr[-2000:])

@@ -141,7 +141,8 @@ def test_pack_then_upload_a_return(hub, pool_root, tmp_path):
     assert out.returncode == 0, out.stderr
     name = pack_name()
     tar_path, sha_path = pool_root / f"{name}.tar.gz", pool_root / f"{name}.sha256"
-    assert "audit:" in out.stdout and str(tar_path) in out.stdout
+    assert "audit:" in out.stdout and out.stdout.strip().endswith(f"send it: pool-upload {tar_path}")
+    assert "synthetic" not in out.stdout
     check = subprocess.run(["sha256sum", "-c", sha_path.name], cwd=pool_root, capture_output=True, text=True)
     assert check.returncode == 0 and check.stdout.strip() == f"{tar_path.name}: OK"
     with tarfile.open(tar_path) as tf:
@@ -178,8 +179,13 @@ def test_a_synthetic_pack_never_reaches_the_dataset(hub, pool_root):
     --dry-run too; --synthetic-ok sends it, to another repo only."""
     valid_store(pool_root)
     out = _cli("pack", "--root", str(pool_root), "--name", "demo")
-    assert out.returncode == 0 and "synthetic" in out.stdout, out.stdout + out.stderr
+    assert out.returncode == 0, out.stdout + out.stderr
     tar_path = pool_root / "demo.tar.gz"
+    said = out.stdout.strip().splitlines()[-1]  # what pool-upload will do, and nothing it will not
+    assert said.startswith(f"synthetic: the pack carries {SYNTHETIC}") and "send it:" not in out.stdout, out.stdout
+    assert f"pool-upload refuses to send it to {ITEMS_REPO}" in said
+    hint = said.split("to try the upload itself: pool-upload ", 1)[1]
+    assert hint == f"--synthetic-ok --repo <your test repo> {tar_path}"
     with tarfile.open(tar_path) as tf:
         assert tf.getnames()[0] == SYNTHETIC
     test_repo = "someone/upload-test"
@@ -191,7 +197,7 @@ def test_a_synthetic_pack_never_reaches_the_dataset(hub, pool_root):
         assert len(refused.stderr.strip().splitlines()) == 1 and not refused.stdout, (argv, refused)
         assert (SYNTHETIC in refused.stderr) if "--synthetic-ok" not in argv else (ITEMS_REPO in refused.stderr)
     assert not hub.commits
-    sent = _cli("upload", str(tar_path), "--synthetic-ok", "--repo", test_repo, env=env)
+    sent = _cli("upload", *hint.replace("<your test repo>", test_repo).split(), env=env)  # the command it named
     assert sent.returncode == 0, sent.stderr
     assert [c["repo"] for c in hub.commits] == [test_repo, test_repo]
     assert not (hub.repos[("dataset", ITEMS_REPO)].folder / "returns").exists()

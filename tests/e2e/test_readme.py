@@ -157,7 +157,7 @@ def test_every_relative_link_points_at_a_file_that_exists(page, target):
 
 
 def test_the_demo_follow_up_block_is_what_the_demo_test_runs():
-    lines = fenced_lines("afterwards the bare commands find the demo:")
+    lines = fenced_lines("afterwards the bare commands that read the results find the demo")
     assert lines == ["pool-status", "pool-report", "pool-export --out demo-export"]
 
 
@@ -182,5 +182,7 @@ def test_make_test_runs_what_needs_no_vllm_before_it_builds_the_vllm_environment
         "-m 'not vllm'",
         "-m vllm",
         "-m vllm",
-        "tests/unit/test_lease.py tests/e2e/test_recovery.py",
+        "tests/unit/test_lease.py tests/e2e/test_recovery.py \\",
     ]
+    busy = "tests/e2e/test_status_view.py::test_rq_shows_a_worker_busy_while_it_holds_jobs_and_idle_once_it_holds_none"
+    assert out[out.index(tests[-1]) + 1].strip() == busy  # RQ's view of a worker, on the oldest RQ too

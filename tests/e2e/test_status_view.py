@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import orjson
+from craft import items_of, row, write
 from rich.console import Console
+from rq import Worker
+from stack import cli
 
 from pool_queue import presence
 from pool_queue.commands.status import plain_lines, render
 from pool_queue.prefix_cache import Engine
 from pool_queue.status import RunStatus, ServerStatus, StepStatus, WorkerStatus
+
+BIN = Path(sys.executable).parent
 
 
 def _status() -> RunStatus:
@@ -108,3 +115,81 @@ def test_with_no_live_worker_the_eta_says_so_instead_of_counting_down():
     con.print(render(st))
     text = con.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80 and "step 3: work left and no workers, so no ETA" in text
+
+
+def test_rq_shows_a_worker_busy_while_it_holds_jobs_and_idle_once_it_holds_none(stack):
+    """RQ's view of our worker (`rq info`, rq-dashboard: `Worker.all()`) follows its jobs, not its heartbeats:
+    busy, naming a current job, from the claim of its first job; idle once its last one ended. Both before its
+    next heartbeat (100 s apart here), so every change seen carries the heartbeat of the worker's start."""
+    url = stack.sim("sim", "qwen3-vl-8b", "--speed", "0.2")
+    stack.enqueue(1, chunk_size=4, limit=12)
+    jobs = set(stack.screen.queue(1).job_ids)
+    stack.worker("w", url, "--steps", "1", "--inflight", "8", env={"POOL_HEARTBEAT_S": "100", "POOL_LEASE_S": "300"})
+    seen: list[tuple[str, object]] = []  # (state, last heartbeat), each change once
+    named: set[str | None] = set()  # the current jobs RQ names while it shows the worker busy
+    said = ""
+    deadline = time.monotonic() + 90
+    while not (seen and seen[-1][0] == "idle" and "busy" in [s for s, _ in seen]) and time.monotonic() < deadline:
+        for w in Worker.all(connection=stack.conn):
+            if seen[-1:] != [(w.get_state(), w.last_heartbeat)]:
+                seen.append((w.get_state(), w.last_heartbeat))
+            if w.get_state() == "busy":
+                named.add(w.get_current_job_id())
+                said = said or cli(stack, str(BIN / "rq"), "info", "-u", stack.redis_url, "-W").stdout
+        time.sleep(0.05)
+    shown = [s for s, _ in seen if s != "starting"]  # RQ's own state between its birth and our first write
+    assert shown in (["busy", "idle"], ["idle", "busy", "idle"]), seen
+    assert len({beat for s, beat in seen if s != "starting"}) == 1, seen  # no heartbeat in between
+    assert named & jobs, (named, jobs)
+    assert re.search(r"^w\.\S+ \(.*\): busy pool-\w+-step1\.", said, re.M), said
+    after = cli(stack, str(BIN / "rq"), "info", "-u", stack.redis_url, "-W").stdout
+    assert re.search(rf"^w\.\S+ \(.*\): idle .*jobs: {len(jobs)} finished, 0 failed", after, re.M), after
+
+
+def test_status_names_the_window_of_each_rate_and_agrees_with_the_report(pool_root, redis_url, tmp_path):
+    """A step that worked 100 s, paused ~13 min, then worked again 51 s: its rate over the last 5 minutes
+    (pauses included, the ETA's) and its rate while working (pool-report's items/s) differ, and pool-status says
+    which is which; the rate it names as the report's is the number `pool-report` prints."""
+    items, now = items_of(pool_root), time.time()
+    early = [row(it, 1, t=now - 1000 + i) for i, it in enumerate(items[:100])]
+    late = [row(it, 1, t=now - 100 + i) for i, it in enumerate(items[100:150])]
+    write(pool_root, 1, early + late)
+    status = [str(BIN / "pool-status"), "--root", str(pool_root), "--redis-url", redis_url, "--no-health"]
+    out = subprocess.run(status, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert "/s 5m: a step's items of the last 5 min (since its first row, if later) per second, pauses included" in text
+    working = re.search(r"while working, as pool-report's items/s \(pauses over 10 s left out\): step 1 (\S+),", text)
+    assert working and working[1] == f"{150 / 151:.1f}", text  # 150 rows over 100 + 51 busy seconds
+    js = subprocess.run([*status, "--json"], capture_output=True, text=True, timeout=120)
+    step1 = orjson.loads(js.stdout)["steps"][0]  # the late 50 over the last 300 s; 150 over 151 busy seconds
+    assert (round(step1["items_per_s_5m"], 2), f"{step1['items_per_s_working']:.1f}") == (0.17, working[1]), step1
+    report = subprocess.run([str(BIN / "pool-report"), "--root", str(pool_root), "--out", str(tmp_path / "rep")],
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    table = (tmp_path / "rep" / "report.md").read_text().split("## Return report", 1)[1]
+    cells = next(line.split("|") for line in table.splitlines() if line.startswith("| 1 |"))
+    assert cells[7].strip() == working[1], table  # the report's items/s, step 1
+    plain = subprocess.Popen([*status, "--watch", "0.5"], stdout=subprocess.PIPE, text=True)
+    assert plain.stdout is not None
+    first = plain.stdout.readline()
+    plain.terminate()
+    plain.wait(30)
+    assert f"/s over 5m, {working[1]}/s while working, ETA " in first, first  # no worker: no 5-minute rate
+
+
+def test_a_worker_that_redis_lost_is_listed_by_rq_again(stack):
+    """Redis flushed under a busy worker: its next heartbeat registers it again, whole, however its jobs end
+    meanwhile (the state it shows never stands in for the worker RQ lists)."""
+    url = stack.sim("sim", "qwen3-vl-8b", "--speed", "0.5")
+    stack.enqueue(1, chunk_size=4, limit=40)
+    stack.worker("w", url, "--steps", "1", "--inflight", "8", env={"POOL_HEARTBEAT_S": "8", "POOL_LEASE_S": "20"})
+    deadline = time.monotonic() + 60
+    while not any(w.get_state() == "busy" for w in Worker.all(connection=stack.conn)):
+        assert time.monotonic() < deadline, stack.log("w")
+        time.sleep(0.05)
+    stack.conn.flushall()  # its jobs end as not its own any more, each a change of what it holds
+    while not (listed := Worker.all(connection=stack.conn)):
+        assert time.monotonic() < deadline + 60, stack.log("w")
+        time.sleep(0.1)
+    assert [w.name.split(".")[0] for w in listed] == ["w"] and listed[0].birth_date is not None, listed

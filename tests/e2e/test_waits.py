@@ -198,7 +198,8 @@ def test_pool_status_shows_no_rate_for_a_step_no_live_worker_takes(screened):
     root, redis = screened
     lines = watch_lines("--root", str(root), "--redis-url", redis)
     step1 = lines[0]
-    assert "step 1: done 240/240" in step1 and ", -/s, ETA done" in step1 and "workers 0" in step1, lines
+    assert "step 1: done 240/240" in step1 and ", -/s over 5m, " in step1 and "workers 0" in step1, lines
+    assert "/s while working, ETA done" in step1, lines  # the report's rate: the rows are there
     assert "Redis unreachable" not in " ".join(lines), lines
 
 
