@@ -41,6 +41,7 @@ BATCHED_TOKENS, BATCHED_TOKENS_MANY_IMAGES = 16384, 32768
 # The first release whose encoder outputs stay held across two engine steps: async scheduling on by default
 # and outputs freed only after their step ran (read in 0.26.0's and 0.32.0's source; 0.11.0 does neither).
 TWO_STEPS_SINCE = "0.12.0"
+SIM_BUDGET = "(for a vLLM server; the simulator has no prefill budget)"  # said after a simulated launch's budget
 FRAME_SAMPLE = 16  # video folders whose first frame tells the pool's frame size
 # Flags that change only throughput, and the first vLLM release that knows each (from its source).
 OPTIONAL_FLAGS = {

@@ -40,6 +40,7 @@ from ..cli import fail, load_protocol, number, parser, reports_errors, settings
 from ..hostlock import hold
 from ..launch import (
     OPTIONAL_FLAGS,
+    SIM_BUDGET,
     SIM_COMMAND,
     Budget,
     Server,
@@ -378,11 +379,12 @@ def _budgets(
     s: Settings, protocol: Protocol, servers: list[Server], sizes: dict[tuple[int, ...], Sizing], sim: bool
 ) -> dict[tuple[int, ...], Budget]:
     """Each model group's prefill budget (`batched_tokens`), said in one line each. The installed vLLM's release
-    is read only for MAX_BATCHED_TOKENS=derived (simulated servers: none)."""
+    is read only for MAX_BATCHED_TOKENS=derived (simulated servers: none, and the line says they take no budget:
+    it is what a vLLM server in their place would be given)."""
     release = vllm_release(s.vllm) if s.max_batched_tokens == "derived" and not sim else None
     out = {g: batched_tokens(s, protocol, g, sizes[g], release) for g in dict.fromkeys(v.steps for v in servers)}
     for b in out.values():
-        print(b.why)
+        print(f"{b.why} {SIM_BUDGET}" if sim else b.why)
     return out
 
 

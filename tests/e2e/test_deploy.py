@@ -24,6 +24,7 @@ from vllm_stack import vllm_python, vllm_release
 from pool_queue.errors import SetupError
 from pool_queue.launch import (
     OPTIONAL_FLAGS,
+    SIM_BUDGET,
     Server,
     Tuning,
     cache_dir,
@@ -318,14 +319,14 @@ def test_one_gpu_that_holds_both_models_serves_them_at_once(pool_root, redis_url
     # the derived prefill budget: the pool's 4:3 frames, two steps held (no release known), 65,536 wanted, but step
     # 3's share of the GPU leaves its batch's KV cache only 2.9 GiB beside it: the default stays
     budget = [line for line in out.stdout.splitlines() if "--max-num-batched-tokens" in line]
-    assert budget[0] == "steps 1,2: --max-num-batched-tokens 16,384: the default", budget
+    assert budget[0] == f"steps 1,2: --max-num-batched-tokens 16,384: the default {SIM_BUDGET}", budget
     assert budget[1].startswith(
         "steps 3: --max-num-batched-tokens 32,768 (MAX_BATCHED_TOKENS=derived): 32 frames x 140 tokens "
         "(448x336, the pool's frames: the largest"
     )
     assert budget[1].endswith(
         "5 videos twice over = 44,800, up to a power of two gives 65,536, whose activations "
-        "would not fit the 2.9 GiB of KV cache the batch leaves: the default 32,768"
+        f"would not fit the 2.9 GiB of KV cache the batch leaves: the default 32,768 {SIM_BUDGET}"
     ), budget
     assert ("1 GPU, every step, both models at once: steps 1,2 on Qwen/Qwen3-VL-8B-Instruct (GPU_UTIL 0.45) and "
             "steps 3 on Qwen/Qwen3-VL-2B-Instruct (GPU_UTIL 0.4)") in out.stdout  # fmt: skip
