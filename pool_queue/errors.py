@@ -29,6 +29,9 @@ that item's error row: it never reaches a command. The leaves live beside the co
         ├── BatchFailed              workers.client      a batch request fell short: its items go one by one
         ├── Stopped                  workers.waiting     a signal ended a wait that guarded no work
         └── SimError                 sim.checks          the simulator's HTTP error answer (status, type)
+    KeyboardInterrupt
+    └── Interrupted                  procs       SIGTERM or SIGHUP taking Ctrl-C's path: a command stops what it
+                                                 started and exits 128 + the signal (143, 129)
 
 The `InputError` leaves are also `ValueError`s (`StoreError` a `RuntimeError`, `RedisGone` too), so code
 that catches the builtin keeps working. A new error the user can act on subclasses `InputError` or
