@@ -62,7 +62,7 @@ test-vllm: $(STAMP) $(if $(filter oldest,$(VLLM)),$(VLLM_OLDEST_STAMP),$(VLLM_ST
 	$(VLLM_PY) $(VLLM_VERSION)
 	POOL_VLLM_PYTHON=$(VLLM_PY) $(VENV)/bin/pytest -q -m vllm
 
-.PHONY: demo test test-quick lint wheelhouse test-vllm
+.PHONY: demo test test-quick lint docs wheelhouse test-vllm
 demo: $(STAMP)
 	$(VENV)/bin/pool-demo
 
@@ -87,3 +87,7 @@ test-quick: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy pool_queue workers
+
+# The settings reference in docs/deployment.md, made from pool_queue/settings.py (a unit test fails while it is stale).
+docs: $(STAMP)
+	$(VENV)/bin/python -m pool_queue.settings_doc docs/deployment.md

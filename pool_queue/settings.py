@@ -26,45 +26,84 @@ BURST_WAIT_S = 30.0  # how long a one-off run (`pool-worker --burst`, `pool-laun
 
 
 class Settings(BaseSettings):
+    """Every field's description is its line in the settings reference (docs/deployment.md, made by `make docs`
+    through `pool_queue.settings_doc`), so each says what the field does; `json_schema_extra={"flags": [...]}`
+    names the command flags of its own that set it (a unit test checks them against that command's --help)."""
+
     model_config = SettingsConfigDict(env_file=".env", env_prefix="POOL_", extra="ignore", populate_by_name=True)
 
     root: Path = Field(
-        default_factory=lambda: default_root(), description="package root: items/, frames/, results/, logs/"
+        default_factory=lambda: default_root(),
+        description="package root: items/, frames/, results/, logs/; default the current folder where it holds "
+        "items/ (run_remote.sh runs inside the package), else ./pool",
     )
-    results: Path | None = Field(default=None, description="results root; default <root>/results/pool")
-    logs: Path | None = Field(default=None, description="log folder; default <root>/logs")
+    results: Path | None = Field(default=None, description="results root; default `<root>/results/pool`")
+    logs: Path | None = Field(default=None, description="log folder; default `<root>/logs`")
     redis_url: str = Field(
-        default="redis://127.0.0.1:6379/0", validation_alias=AliasChoices("POOL_REDIS_URL", "REDIS_URL")
+        default="redis://127.0.0.1:6379/0",
+        validation_alias=AliasChoices("POOL_REDIS_URL", "REDIS_URL"),
+        description="the queue's Redis, redis://HOST:PORT/DB (rediss:// for TLS, unix:// for a socket); its password "
+        "goes in REDIS_PASSWORD, never in the URL, so a printed address shows no secret",
     )
     redis_url_file: Path | None = Field(
         default=None,
         description="a file holding the Redis URL (a Slurm Redis job writes it), read again while pool-launch waits",
     )
     redis_password: SecretStr | None = Field(
-        default=None, validation_alias=AliasChoices("POOL_REDIS_PASSWORD", "REDIS_PASSWORD")
+        default=None,
+        validation_alias=AliasChoices("POOL_REDIS_PASSWORD", "REDIS_PASSWORD"),
+        description="Redis's password (requirepass); never printed",
     )
-    servers: Annotated[list[str], NoDecode] = Field(default_factory=list, description="vLLM base URLs")
+    servers: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="vLLM base URLs, comma-separated; pool-worker takes the first (or --server)"
+    )
     vllm_api_key: SecretStr | None = Field(
-        default=None, validation_alias=AliasChoices("POOL_VLLM_API_KEY", "VLLM_API_KEY")
+        default=None,
+        validation_alias=AliasChoices("POOL_VLLM_API_KEY", "VLLM_API_KEY"),
+        description="the bearer key a worker sends its vLLM server (one started with --api-key); never printed",
     )
-    hf_token: SecretStr | None = Field(default=None, validation_alias=AliasChoices("HF_TOKEN", "POOL_HF_TOKEN"))
+    hf_token: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("HF_TOKEN", "POOL_HF_TOKEN"),
+        description="Hugging Face token for pool-fetch's downloads and pool-upload; never printed",
+    )
     protocol_file: Path | None = Field(default=None, description="protocol JSON replacing the built-in v1")
     allow_missing_frames: bool = Field(
         default=False,
         description="steps with frames run (and pool-audit --complete passes) although videos that are not `k:` "
         "have no frame folder in a cache that is absent, empty or short of its manifest: they are meant to be missing",
+        json_schema_extra={"flags": ["pool-enqueue --allow-missing-frames", "pool-launch --allow-missing-frames"]},
     )
 
     # The run package's launcher knobs, with its defaults.
-    ngpu: int | None = Field(default=None, validation_alias=AliasChoices("NGPU", "POOL_NGPU"), ge=0)
+    ngpu: int | None = Field(
+        default=None,
+        validation_alias=AliasChoices("NGPU", "POOL_NGPU"),
+        ge=0,
+        description="pool-launch uses this node's first N GPUs (CUDA_VISIBLE_DEVICES, else nvidia-smi); default all "
+        "of them (with --sim: N simulated servers, default 1)",
+    )
     workers: int | None = Field(
         default=None,
         validation_alias=AliasChoices("WORKERS", "POOL_WORKERS"),
         ge=1,
         description="forwards in flight per server; default from MAX_SEQS and the step (pool_queue.sizing)",
+        json_schema_extra={"flags": ["pool-worker --inflight"]},
     )
-    port0: int = Field(default=8001, validation_alias=AliasChoices("PORT0", "POOL_PORT0"), ge=1, le=65535)
-    gpu_util: float = Field(default=0.85, validation_alias=AliasChoices("GPU_UTIL", "POOL_GPU_UTIL"), gt=0, le=1)
+    port0: int = Field(
+        default=8001,
+        validation_alias=AliasChoices("PORT0", "POOL_PORT0"),
+        ge=1,
+        le=65535,
+        description="pool-launch's first vLLM server listens here, the next on PORT0+1, and so on",
+    )
+    gpu_util: float = Field(
+        default=0.85,
+        validation_alias=AliasChoices("GPU_UTIL", "POOL_GPU_UTIL"),
+        gt=0,
+        le=1,
+        description="vLLM --gpu-memory-utilization for a server alone on its GPU (servers sharing one split it)",
+    )
     max_seqs: int | None = Field(
         default=None,
         validation_alias=AliasChoices("MAX_SEQS", "POOL_MAX_SEQS"),
@@ -77,21 +116,39 @@ class Settings(BaseSettings):
         description="vLLM --max-num-batched-tokens for every server; `derived`: step 3's from its frames and the "
         "vLLM release (pool_queue.sizing.step_budget); default 32768 for steps with many images, else 16384",
     )
-    py: str = Field(default="python3", validation_alias=AliasChoices("PY", "POOL_PY"))
-    vllm: str = Field(default="vllm", validation_alias=AliasChoices("VLLM", "POOL_VLLM"))
+    py: str = Field(
+        default="python3",
+        validation_alias=AliasChoices("PY", "POOL_PY"),
+        description="the Python that deploy/run_remote.sh and the Slurm jobs run pool_queue with (read by the scripts)",
+    )
+    vllm: str = Field(
+        default="vllm",
+        validation_alias=AliasChoices("VLLM", "POOL_VLLM"),
+        description="the vLLM command pool-launch runs (`$VLLM serve ...`), split like a shell line",
+    )
     api_servers: int | None = Field(default=None, ge=1, description="vLLM --api-server-count; default from cores/GPU")
-    renderer_workers: int | None = Field(default=None, ge=1, description="vLLM --renderer-num-workers; default ditto")
+    renderer_workers: int | None = Field(
+        default=None, ge=1, description="vLLM --renderer-num-workers; default from cores/GPU"
+    )
 
     # Worker behaviour.
     max_attempts: int = Field(default=4, ge=1, description="attempts per forward for transient failures")
-    request_timeout_s: float = Field(default=120.0, gt=0)
+    request_timeout_s: float = Field(
+        default=120.0, gt=0, description="one forward's HTTP timeout; a timeout is a transient failure, retried"
+    )
     server_silent_s: float | None = Field(
         default=None,
         gt=0,
         description="a worker whose server answered no forward this long gives its jobs back (2 x request timeout)",
     )
     retry_backoff_s: float = Field(default=0.5, ge=0, description="first retry's backoff; doubles per attempt")
-    chunk_size: int = Field(default=64, ge=1, le=10_000)
+    chunk_size: int = Field(
+        default=64,
+        ge=1,
+        le=10_000,
+        description="items per queued job: the unit a dead worker's lease gives back and a rescue re-queues",
+        json_schema_extra={"flags": ["pool-enqueue --chunk-size"]},
+    )
     max_frame_pixels: int = Field(default=50_000_000, ge=1, description="a larger frame is an error row, never decoded")
     fault_items: Annotated[frozenset[str], NoDecode] = Field(
         default_factory=frozenset, description="tests only: item ids whose screening raises inside the worker"
@@ -106,17 +163,33 @@ class Settings(BaseSettings):
         description="auto: where the server lists /v1/chat/completions/batch, a video's items (step 1: an item's "
         "orders) go as one batch request, siblings' frames by uuid from its processor cache; off: one per forward",
     )
-    metrics_port: int | None = Field(default=None, ge=0, le=65535, description="worker /metrics port; 0 = any")
+    metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="a worker serves Prometheus /metrics on this port; 0: any free port; default none",
+        json_schema_extra={"flags": ["pool-worker --metrics-port"]},
+    )
 
     # Recovery: a dead worker's jobs are back within lease_s + rescue_s of its last heartbeat.
     lease_s: int = Field(default=30, ge=2, description="a running job's lease; renewed every heartbeat_s")
-    heartbeat_s: float = Field(default=5.0, gt=0)
+    heartbeat_s: float = Field(
+        default=5.0, gt=0, description="how often a worker renews its leases and presence; at most half of lease_s"
+    )
     rescue_s: float = Field(default=15.0, gt=0, description="how often each worker re-queues expired leases")
     job_max_failures: int = Field(default=3, ge=1, description="runs that raised before a job is failed for good")
     wait_redis_s: float = Field(
-        default=3600.0, ge=0, description="how long a worker or pool-launch waits out a Redis outage"
+        default=3600.0,
+        ge=0,
+        description="how long a worker or pool-launch waits out a Redis outage",
+        json_schema_extra={"flags": ["pool-worker --wait-redis"]},
     )
-    wait_server_s: float = Field(default=3600.0, ge=0, description="how long a starting worker waits for its server")
+    wait_server_s: float = Field(
+        default=3600.0,
+        ge=0,
+        description="how long a starting worker waits for its server",
+        json_schema_extra={"flags": ["pool-worker --wait-server"]},
+    )
     wait_note_s: float = Field(default=60.0, gt=0, description="a worker's wait that lasts says so this often")
 
     _flags: dict[str, Any] = PrivateAttr(default_factory=dict)  # the values given as flags (load_settings)
@@ -267,13 +340,20 @@ class Source:
         return self.name if self.name.startswith("--") else f"{self.name} in the environment"
 
 
+def env_names(field: str, model: type[BaseSettings] = Settings) -> list[str]:
+    """The variables that set field `field`, in the order pydantic-settings tries them: its aliases, else
+    the prefix (POOL_) and its name."""
+    prefix = model.model_config.get("env_prefix") or ""
+    choices = getattr(model.model_fields[field].validation_alias, "choices", None) or [f"{prefix}{field.upper()}"]
+    return [c for c in choices if isinstance(c, str)]
+
+
 def source(name: str, flags: Mapping[str, Any]) -> Source | None:
     """Where field `name` (or one of its variable names, as a validation error locates it) was given: the flag,
     else the variable set in the environment, else the one in the env file, by the name the user wrote there
     (REDIS_URL rather than its alias POOL_REDIS_URL); None where nothing gave it."""
-    for field, info in Settings.model_fields.items():
-        choices = getattr(info.validation_alias, "choices", None) or [f"POOL_{field.upper()}"]
-        names = [c for c in choices if isinstance(c, str)]
+    for field in Settings.model_fields:
+        names = env_names(field)
         if name != field and name not in names:
             continue
         if flags.get(field) is not None:
