@@ -184,3 +184,66 @@ def test_batch_summary_puts_runs_side_by_side_and_compares_their_top20(tmp_path:
     assert table[5][5].split()[0] == "0.25"  # the prefix hits the workers metered: 1 of 4
     compared = [line for line in text.splitlines() if line.startswith("step ")]
     assert [line.split(", identical top-20 ")[1].split(",")[0] for line in compared] == ["6", "4", "3"]
+
+
+def _table(text: str, header: str) -> list[list[str]]:
+    """The rows of the table under the line that starts with `header` (past its dashes), split on 2+ spaces,
+    up to the first line that is not a row of numbered cells."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith(header)) + 2
+    rows = []
+    for line in lines[start:]:
+        cells = [c.strip() for c in line.strip().split("  ") if c.strip()]
+        if len(cells) < 2 or not cells[-1][0].isdigit():
+            break
+        rows.append(cells)
+    return rows
+
+
+def test_load_items_counts_what_it_generated(tmp_path: Path) -> None:
+    (row,) = _table(_run(str(BENCH / "load_items.py"), "--items", "200"), "items read")
+    read, valid, rejected = (int(c) for c in row[:3])
+    assert valid == 200 and read == valid + rejected and rejected > 0  # the synthetic table's bad rows
+
+
+def test_redis_memory_counts_jobs_per_step() -> None:
+    rows = _table(_run(str(BENCH / "redis_memory.py"), "--items", "300"), "jobs of")
+    assert [r[0] for r in rows] == ["step 1", "step 2", "step 3", "all steps"]
+    assert rows[0][1:3] == ["300", "5"] and rows[3][1] == "300"  # 300 ids in jobs of 64
+    assert int(rows[3][2]) == sum(int(r[2]) for r in rows[:3]) and int(rows[2][1]) <= int(rows[1][1]) <= 300
+
+
+def test_store_enqueue_times_every_data_path_once() -> None:
+    rows = _table(_run(str(BENCH / "store_enqueue.py"), "--items", "300"), "operation")
+    ops = {r[0]: r[1] for r in rows}
+    assert ops["enqueue (5 jobs of 64)"] == ops["enqueue again (0 new jobs)"] == "300"
+    assert ops["pool-audit (0 problems)"] and ops["pool-report (Markdown + 3 PNG)"] == "300"
+    assert len(rows) == 10
+
+
+def test_http_paths_measures_every_path_against_aiohttp() -> None:
+    rows = _table(_run(str(BENCH / "http_paths.py"), "--requests", "20", "--inflight", "4", "--rounds", "1"), "path")
+    assert len(rows) == 5 and rows[-1][0] == "aiohttp directly (floor)" and rows[-1][2] == "1.00"
+    assert "pool-worker's client (workers.client)" in [r[0] for r in rows]
+
+
+def test_sim_throughput_counts_requests_from_each_client() -> None:
+    (row,) = _table(_run(str(BENCH / "sim_throughput.py"), "--clients", "1", "--seconds", "1", "--inflight", "4"),
+                    "clients")  # fmt: skip
+    assert row[:2] == ["1", "4"] and int(row[2].replace(",", "")) > 0
+
+
+def test_step3_cpu_reads_a_profile_as_parts(tmp_path: Path) -> None:
+    raw = (
+        'process 10:"VLLM::APIServer_0";thread (10): MainThread;_b64decode (base64.py:1) 6\n'
+        'process 10:"VLLM::APIServer_0";thread (10): MainThread;hash (blake3) 2\n'
+        'process 12:"VLLM::EngineCore";thread (12): MainThread;execute_model (gpu_model_runner.py:9) 4\n'
+        'process 12:"VLLM::EngineCore";thread (12): MainThread;somewhere_else (x.py:1) 1\n'
+    )
+    f = tmp_path / "prof.txt"
+    f.write_text(raw)
+    text = _run(str(BENCH / "step3_cpu.py"), "parts", str(f), "--unclassified", "3")
+    assert "## API servers: 8 samples" in text and "## engine core: 5 samples" in text
+    lines = [line.split() for line in text.splitlines()]
+    assert ["base64", "decode", "6", "75.0", "%"] in lines and ["unclassified", "1", "20.0", "%"] in lines
+    assert any(line[:3] == ["unclassified", "leaf", "1"] for line in lines)
