@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole screen on one GPU as a user runs it, through the project's own launcher and its defaults:
 # a synthetic pool of N items shaped like the real one (~2.7 items per video, ~2/3 with frame folders, 32-48
-# 448-px JPEG frames per video) screened by `pool-launch --burst` (every step, the phases in turn), dummy
+# 448-px JPEG frames per video) screened by `pool-launch --burst` (every step, as the launcher plans them), dummy
 # weights (real compute, meaningless answers). Each RUN screens the same pool again with POOL_BATCH=RUN into
 # results/RUN (none named: one run with the defaults into results/). Per run: GPU busy per second
 # (nvidia-smi dmon), the CPU of every vLLM process and NVML's GPU busy (vllm_sampler.py), then pool-status,
@@ -10,11 +10,13 @@
 #   bash benchmarks/gpu_run.sh setup                     install the bundle, the model snapshots, the dummy vllm
 #   bash benchmarks/gpu_run.sh run N [RUN ...]           start in the background (log: $WORK/run.log)
 #                                        LAUNCH_ARGS="--step 1" in the environment: more pool-launch arguments
-#   bash benchmarks/gpu_run.sh variant NAME FROM [VAR=VALUE ...]   step 3 again on run FROM's steps 1-2
-#   bash benchmarks/gpu_run.sh watch [SECONDS]           wait for DONE, then copy the results under $OUT/gpu_run
+#   bash benchmarks/gpu_run.sh variant NAME FROM [VAR=VALUE ...]   in the background: step 3 again on run
+#                                        FROM's steps 1-2 with the environment given (log: $WORK/variant-NAME.log)
+#   bash benchmarks/gpu_run.sh watch [SECONDS] [LOG]     wait for LOG's DONE (run.log), then copy the results
+#                                        under $OUT/gpu_run
 #   bash benchmarks/gpu_run.sh help
 # e.g. the whole screen: `run 10000`; batches against one request per forward: `run 3000 off auto`, then
-# `variant auto64 auto WORKERS=64 MAX_SEQS=64`.
+# `variant auto64 auto WORKERS=64 MAX_SEQS=64` and `watch 560 variant-auto64.log`.
 #
 # On the lent GPU machine (it idles out ~30 s after a call, so a run goes in the background and later calls
 # watch it), from the project root, calls back to back:
@@ -112,21 +114,26 @@ PY
     [ ${#runs[@]} -lt 2 ] || python3 "$bench/batch_summary.py" "$WORK" "${runs[@]}" --results "$POOL_ROOT/results" | tee "$WORK/summary.txt"
     echo DONE ;;
   variant)
-    name=${2:?variant NAME FROM [VAR=VALUE ...]} from=${3:?variant NAME FROM [VAR=VALUE ...]}
-    r=$POOL_ROOT/results
+    [ $# -ge 3 ] || { echo "gpu_run.sh variant: NAME FROM [VAR=VALUE ...]" >&2; exit 2; }
+    [ -d "$POOL_ROOT/results/$3" ] || { echo "gpu_run.sh variant: no run $3 in $POOL_ROOT/results" >&2; exit 2; }
+    mkdir -p "$WORK" && setsid nohup bash "$0" _variant "${@:2}" > "$WORK/variant-$2.log" 2>&1 < /dev/null &
+    echo "started (log $WORK/variant-$2.log)" ;;
+  _variant)
+    name=$2 from=$3 r=$POOL_ROOT/results
     # a screen of its own: FROM's steps 1-2, no step 3
     rm -rf "${r:?}/$name" && cp -r "$r/$from" "$r/$name" && rm -rf "$r/$name/step3" "$r/$name/prefix_cache" "$r/$name/PROTOCOL.json"
-    (export POOL_RESULTS=$r/$name "${@:4}"; launch "$name" --step 3 | grep -E "===|server options|MAX_SEQS|healthy|REMAINING|LAUNCH_RC|AUDIT" | tail -8) ;;
+    (export POOL_RESULTS=$r/$name "${@:4}"; launch "$name" --step 3)
+    echo DONE ;;
   watch)
-    lim=${2:-560} t0=$SECONDS
+    lim=${2:-560} log=$WORK/${3:-run.log} t0=$SECONDS
     while [ $((SECONDS - t0)) -lt "$lim" ]; do
-      grep -q '^DONE' "$WORK/run.log" 2>/dev/null && break
+      grep -q '^DONE' "$log" 2>/dev/null && break
       sleep 10
     done
-    grep -E 'POOL_GEN|===|LAUNCH|healthy|started|server options|MAX_SEQS|every step|does not know|batch|AUDIT|DONE|Error|error|wait in' "$WORK/run.log" | tail -30
+    grep -E 'POOL_GEN|===|LAUNCH|healthy|started|server options|MAX_SEQS|every step|does not know|batch|AUDIT|DONE|Error|error|wait in' "$log" | tail -30
     cmd status 2>/dev/null | head -12
-    if grep -q '^DONE' "$WORK/run.log"; then
-      mkdir -p "$OUT/gpu_run" && cp "$WORK/run.log" "$OUT/gpu_run/" && cp "$WORK/summary.txt" "$OUT/gpu_run/" 2>/dev/null
+    if grep -q '^DONE' "$log"; then
+      mkdir -p "$OUT/gpu_run" && cp "$WORK"/*.log "$OUT/gpu_run/" && cp "$WORK/summary.txt" "$OUT/gpu_run/" 2>/dev/null
       (cd "$WORK" && tar czf "$OUT/gpu_run/raw.tgz" --exclude='*/export/step*.jsonl' --exclude=redis ./*/)
       echo "copied to $OUT/gpu_run"
     fi ;;

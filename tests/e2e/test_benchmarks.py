@@ -132,12 +132,22 @@ def test_gpu_script_parses_and_says_how_to_run_it(script: Path, tmp_path: Path) 
     assert list(tmp_path.iterdir()) == []
 
 
-def test_gpu_run_refuses_an_item_count_that_is_not_a_number(tmp_path: Path) -> None:
-    env = {"PATH": "/usr/bin:/bin", "WORK": str(tmp_path / "work")}
-    r = subprocess.run(["bash", str(BENCH / "gpu_run.sh"), "run", "3k", "off"], cwd=BENCH.parent, env=env,
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["run", "3k", "off"], "N (items)"),
+        (["variant", "auto64"], "NAME FROM"),
+        (["variant", "auto64", "auto"], "no run auto"),
+    ],
+)
+def test_gpu_run_refuses_bad_words_in_one_line_before_it_starts_anything(
+    argv: list[str], said: str, tmp_path: Path
+) -> None:
+    env = {"PATH": "/usr/bin:/bin", "WORK": str(tmp_path / "work"), "POOL_ROOT": str(tmp_path / "pool")}
+    r = subprocess.run(["bash", str(BENCH / "gpu_run.sh"), *argv], cwd=BENCH.parent, env=env,
                        capture_output=True, text=True, timeout=30)  # fmt: skip
-    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "N (items)" in r.stderr
-    assert not (tmp_path / "work").exists()
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and said in r.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_vllm_sampler_writes_one_line_a_sample_without_a_gpu(tmp_path: Path) -> None:
