@@ -59,5 +59,6 @@ case "$cmd" in
   same)
     step=$1 a=$2 b=$3 n=$4; shift 4
     python3 benchmarks/same_numbers.py --step "$step" --a "http://127.0.0.1:$a" --b "http://127.0.0.1:$b" --n "$n" "$@" ;;
+  help|-h|--help) sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
   *) echo "unknown: $cmd" >&2; exit 2 ;;
 esac

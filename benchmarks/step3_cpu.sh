@@ -66,5 +66,6 @@ case "${1:?start|measure|watch}" in
       cp "$out"/runs.jsonl "$out"/same.jsonl "$OUT/" 2>/dev/null
       (cd "$out" && tar -czf "$OUT/s3.tgz" --exclude='*.txt.gz.tmp' ./*)
     fi ;;
+  help|-h|--help) sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
   *) echo "start|measure|watch" >&2; exit 2 ;;
 esac

@@ -121,14 +121,22 @@ def _boot_id() -> str:
 
 
 def free_port() -> int:
+    """A port the kernel picks as free now (bound to port 0 and let go): for a child we start at once. It is
+    drawn from the ephemeral range, so it vouches for itself only, not for its neighbours (`port_taken`)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
 def port_taken(port: int) -> bool:
-    """Whether a server could not listen on `port` (any address) now: bound as our servers bind it, with
-    SO_REUSEADDR, so a closed connection's TIME_WAIT does not count and a listener on any address does."""
+    """Whether a server could not listen on `port` now: the project's one meaning of "a free port".
+
+    A bind test, not a connect test: a connect finds only a listener that accepts, and misses a port bound
+    but not yet listening (a server starting), one held by a firewall-dropped or backlogged listener, or
+    one bound on another address; a bind fails in each of those cases, as the server's own bind would. The
+    bind is made as our servers make theirs (vLLM, the simulator, Redis): on every address, with
+    SO_REUSEADDR, so a closed connection's TIME_WAIT does not count as taken (the server would start) and a
+    listener on any address does (it would not). The answer holds for this moment only."""
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:

@@ -3,24 +3,17 @@
 
 `free_port()` vouches for one port only, and it is drawn from the kernel's ephemeral range, where any
 outgoing connection of a busy suite may take PORT0+1 a moment later. A random base below that range, with
-every port of its block free when drawn, leaves only two launches drawing overlapping blocks at once."""
+every port of its block free when drawn (free as the launcher judges it before it starts anything:
+`pool_queue.procs.port_taken`), leaves only two launches drawing overlapping blocks at once."""
 
 from __future__ import annotations
 
 import random
-import socket
+
+from pool_queue.procs import port_taken
 
 LOW, HIGH = 20000, 32000  # below Linux's ephemeral range (32768-60999): no client socket lands here
 SERVERS, PROCESSES = 8, 4  # what the tests' launches start at most
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def port0() -> int:
@@ -29,5 +22,5 @@ def port0() -> int:
         base = random.randrange(LOW, HIGH - 100 - 16 * PROCESSES)
         ports = [base + i for i in range(SERVERS)]
         ports += [base + 100 + 16 * k + i for i in range(SERVERS) for k in range(PROCESSES)]
-        if all(map(_free, ports)):
+        if not any(map(port_taken, ports)):  # the launcher's own check
             return base

@@ -5,8 +5,8 @@
 # client's ceiling with a py-spy profile in its middle, the same-numbers check against the default,
 # and the whole system on the default and on the fastest set. After `benchmarks/h200.sh deps` and
 # `install`, from the repo root on the GPU machine:
-#   bash benchmarks/results/h200-2026-12-03-scripts/step3_options.sh start          # servers in the background, a pool in /root/b3
-#   bash benchmarks/results/h200-2026-12-03-scripts/step3_options.sh measure OUTDIR # throughput.jsonl, prof-*.txt, same-*.txt
+#   bash benchmarks/step3_options.sh start          # servers in the background, a pool in /root/b3
+#   bash benchmarks/step3_options.sh measure OUTDIR # throughput.jsonl, prof-*.txt, same-*.txt
 set -euo pipefail
 H="bash benchmarks/h200.sh"
 export PYTHONPATH="/tmp/site:/tmp/ours:$PWD"   # as h200.sh: the bundle and our wheels
@@ -57,5 +57,6 @@ b=max(r, key=lambda x: x['ceiling']['fwd_s']); print(b['server'].rsplit(':', 1)[
       $H bench 3 "$p" $SYS --root /root/b3 --label "${SETS[$p]%%|*}+system" --out "$out/throughput.jsonl"
     done
     for p in $up; do tail -n 3 "/root/vllm-$p.log" > "$out/log-tail-$p.txt"; done ;;
+  help|-h|--help) sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
   *) echo "start|measure" >&2; exit 2 ;;
 esac

@@ -1,19 +1,31 @@
-"""The two runs side by side: per step the rows and items/s over the step's span (first start to last
+"""gpu_run.sh's runs side by side: per step the rows and items/s over the step's span (first start to last
 finish); over step 3's span the GPU busy and the vLLM processes' CPU per item; the prefix-cache hit rate
-the workers metered; then the top-20 of every item both runs screened, compared."""
+the workers metered; then the top-20 of every item both runs screened, compared with the first run's.
 
+    python benchmarks/batch_summary.py WORK off auto [--results POOL_ROOT/results]
+
+Reads WORK/RUN/export/parquet/step{1,2,3}.parquet, WORK/RUN/samples.txt (vllm_sampler.py) and
+RESULTS/RUN/prefix_cache/*.json for each RUN."""
+
+from __future__ import annotations
+
+import argparse
 import json
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
-E = Path(sys.argv[1])
-MODES = tuple(sys.argv[2:]) or ("off", "auto")  # the first is the reference the others are compared with
+ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+ap.add_argument("work", type=Path, help="gpu_run.sh's WORK folder: a folder per run")
+ap.add_argument("runs", nargs="+", help="the runs' names; the first is the reference the others are compared with")
+ap.add_argument("--results", type=Path, default=Path("/root/pool/results"), help="the runs' results roots' parent")
+args = ap.parse_args()
+E: Path = args.work
+MODES: tuple[str, ...] = tuple(args.runs)
 
 
 def samples(mode: str) -> list[tuple[float, float, float, float]]:
-    return [tuple(map(float, line.split())) for line in (E / f"samples-{mode}.txt").read_text().splitlines()]
+    return [tuple(map(float, line.split())) for line in (E / mode / "samples.txt").read_text().splitlines()]
 
 
 def window(rows: list[dict]) -> tuple[float, float]:
@@ -30,7 +42,7 @@ def over(s: list[tuple[float, ...]], t0: float, t1: float) -> tuple[float, float
 
 def hits(mode: str, step: int) -> float | None:
     q = h = 0.0
-    for f in (Path("/root/pool/results") / mode / "prefix_cache").glob("*.json"):
+    for f in (args.results / mode / "prefix_cache").glob("*.json"):
         c = json.loads(f.read_text()).get("steps", {}).get(str(step))
         if c:
             q, h = q + c["queries"], h + c["hits"]
@@ -38,7 +50,7 @@ def hits(mode: str, step: int) -> float | None:
 
 
 tables = {
-    m: {s: pq.read_table(E / f"export-{m}" / "parquet" / f"step{s}.parquet").to_pylist() for s in (1, 2, 3)}
+    m: {s: pq.read_table(E / m / "export" / "parquet" / f"step{s}.parquet").to_pylist() for s in (1, 2, 3)}
     for m in MODES
 }
 print(

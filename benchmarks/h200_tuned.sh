@@ -6,14 +6,14 @@
 # Four servers share the one GPU, each with a fixed KV cache so their start-ups cannot upset each other's
 # memory profiling; each is measured while the others idle. After the bundle's chunks are in /root/stash,
 # from the repo root on the GPU machine (.whl and .gpu/base carried):
-#   bash benchmarks/results/h200-2026-12-03-scripts/h200_tuned.sh start            # install, our wheels, 4 servers, the pools, wait
-#   bash benchmarks/results/h200-2026-12-03-scripts/h200_tuned.sh step3 OUTDIR      # ~5 min
-#   bash benchmarks/results/h200-2026-12-03-scripts/h200_tuned.sh steps12 OUTDIR    # ~5 min (stop the 2B servers first: four servers at once
+#   bash benchmarks/h200_tuned.sh start            # install, our wheels, 4 servers, the pools, wait
+#   bash benchmarks/h200_tuned.sh step3 OUTDIR      # ~5 min
+#   bash benchmarks/h200_tuned.sh steps12 OUTDIR    # ~5 min (stop the 2B servers first: four servers at once
 #                                                   # ran the 8B out of GPU memory on its first full batch)
 # Step 3 on real-like frames (every frame a 448-px JPEG, which the workers send untouched), one new 2B server:
-#   bash benchmarks/results/h200-2026-12-03-scripts/h200_tuned.sh real-start        # install, our wheels, the server, the pools, wait
-#   bash benchmarks/results/h200-2026-12-03-scripts/h200_tuned.sh real OUTDIR       # ~5 min
-#   bash benchmarks/results/h200-2026-12-03-scripts/h200_tuned.sh real-defaults OUTDIR   # instead: pool-launch's defaults (MAX_SEQS 64, one worker)
+#   bash benchmarks/h200_tuned.sh real-start        # install, our wheels, the server, the pools, wait
+#   bash benchmarks/h200_tuned.sh real OUTDIR       # ~5 min
+#   bash benchmarks/h200_tuned.sh real-defaults OUTDIR   # instead: pool-launch's defaults (MAX_SEQS 64, one worker)
 set -euo pipefail
 H="bash benchmarks/h200.sh"
 export PYTHONPATH="/tmp/site:/tmp/ours:$PWD" PYTHONUNBUFFERED=1
@@ -117,5 +117,6 @@ case "${1:?start|step3|steps12|real-start|real|real-defaults}" in
       $H bench 3 $NEW2 --root /root/q1 --skip 600 $S --workers 4 --inflight 32 --label "defaults distinct 4x32" --out "$j"
       $H bench 3 $NEW2 --root /root/q3 --skip 600 $S --workers 4 --inflight 32 --label "defaults 3/video 4x32" --out "$j"
     } 2>&1 | tee "$out/defaults.log" ;;
+  help|-h|--help) sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
   *) echo "start|step3|steps12|real-start|real|real-defaults" >&2; exit 2 ;;
 esac

@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
 # Both models on one H200 at once (8B at 0.55, 2B at 0.30 of its memory) against one model at a time.
-#   bash coserve.sh start     start both servers (background, setsid) and wait for both
-#   bash coserve.sh measure   step-1 load alone, step-3 load alone, both together (GPU busy per phase)
-#   bash coserve.sh mmcache   2B alone, default processor cache vs --mm-processor-cache-gb 0 (restarts it)
+#   bash benchmarks/coserve.sh start     start both servers (background, setsid) and wait for both
+#   bash benchmarks/coserve.sh measure   step-1 load alone, step-3 load alone, both together (GPU busy per phase)
+#   bash benchmarks/coserve.sh help
+# On the lent GPU machine, from the project root, with shared/gpu's bundle carried as .gpu/ and its chunks
+# stashed (as for gpu_run.sh): `bash benchmarks/coserve.sh start`, then `measure` in the next call; the
+# collection comes back as $OUT/cos.tgz. The machine's paths, as environment variables with their defaults:
+#   GPU_BASE=.gpu/base (shared/gpu's device_install.sh, loadgen.py, step3_prefix.py)
+#   VLLM_ENV=/root/vllm_env.sh (the bundle's environment, written by its install)  WORK=/root/cos
 set -uo pipefail
-B="$(cd "$(dirname "$0")" && pwd)"
-source /root/vllm_env.sh
-R=/root/cos; mkdir -p $R
+B=${GPU_BASE:-.gpu/base}
+R=${WORK:-/root/cos}
+case "${1:-help}" in start|measure) ;; help|-h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  *) echo "coserve.sh: start|measure|help" >&2; exit 2 ;; esac
+# shellcheck disable=SC1090
+source "${VLLM_ENV:-/root/vllm_env.sh}"
+mkdir -p "$R"
 busy() {  # mean SM busy over the dmon file's non-header lines
   python3 - "$1" <<'PY'
 import sys

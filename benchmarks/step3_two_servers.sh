@@ -4,8 +4,8 @@
 # three-quarters idle, so a second server (its own engine core) on the same GPU should add to it.
 # The system (Redis + workers) runs once against one server, then against both at once (a worker
 # set and a Redis each, as pool-launch does per server). After `benchmarks/h200.sh deps` and `install`:
-#   bash benchmarks/results/h200-2026-12-03-scripts/step3_two_servers.sh start
-#   bash benchmarks/results/h200-2026-12-03-scripts/step3_two_servers.sh measure OUTDIR
+#   bash benchmarks/step3_two_servers.sh start
+#   bash benchmarks/step3_two_servers.sh measure OUTDIR
 set -euo pipefail
 H="bash benchmarks/h200.sh"
 export PYTHONPATH="/tmp/site:/tmp/ours:$PWD"
@@ -39,5 +39,6 @@ print(f"system fwd/s: one server {one['fwd_s']:.2f}; two servers {a['fwd_s']:.2f
       f"GPU busy {one['gpu_busy']:.0f} % -> {a['gpu_busy']:.0f} %")
 PY
     ;;
+  help|-h|--help) sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
   *) echo "start|measure" >&2; exit 2 ;;
 esac

@@ -1,0 +1,68 @@
+"""Once a second: the time, the CPU seconds so far of every vLLM process and of its engine cores alone (from
+/proc), and the GPU's busy percent (NVML). One line each, until killed (or --count lines).
+
+    python benchmarks/vllm_sampler.py FILE [--interval 1.0] [--count N]
+
+batch_summary.py reads these lines over a step's span. Where NVML is not there (no GPU, no pynvml) the GPU
+column reads `nan`, so the CPU columns still come (what the simulator's smoke test checks)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def vllm_cpu() -> tuple[float, float]:
+    total = engine = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+            with open(f"/proc/{pid}/comm", "rb") as f:
+                comm = f.read()
+            if b"vllm" not in cmd and b"VLLM" not in comm:
+                continue
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks = int(fields[11]) + int(fields[12])
+        total += ticks
+        engine += ticks if b"EngineCor" in comm else 0  # comm keeps 15 bytes: VLLM::EngineCor
+    return total / TICK, engine / TICK
+
+
+def gpu_busy() -> Callable[[], float]:
+    """GPU 0's busy percent over NVML's last sample period, or nan without NVML."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        gpu = pynvml.nvmlDeviceGetHandleByIndex(0)
+    except Exception:  # no pynvml, no driver, no GPU: the CPU columns still count
+        return lambda: float("nan")
+    return lambda: float(pynvml.nvmlDeviceGetUtilizationRates(gpu).gpu)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("file", help="appended to, one line a sample: time, vLLM CPU s, engine-core CPU s, GPU busy %%")
+    ap.add_argument("--interval", type=float, default=1.0)
+    ap.add_argument("--count", type=int, default=0, help="stop after this many lines (0: until killed)")
+    a = ap.parse_args()
+    busy = gpu_busy()
+    n = 0
+    with open(a.file, "a", buffering=1) as out:
+        while not a.count or n < a.count:
+            cpu, engine = vllm_cpu()
+            out.write(f"{time.time():.2f} {cpu:.2f} {engine:.2f} {busy():.0f}\n")
+            n += 1
+            time.sleep(a.interval)
+
+
+if __name__ == "__main__":
+    main()
