@@ -14,11 +14,11 @@ import pyarrow.parquet as pq
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH))
+from reference import expected  # noqa: E402
 from rehearsal import Config, proc_sample, run_rehearsal  # noqa: E402
 
 from pool_queue.items import load_items  # noqa: E402
 from pool_queue.protocol import Protocol  # noqa: E402
-from pool_queue.sim.reference import expected  # noqa: E402
 from pool_queue.store import Store  # noqa: E402
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from redis import Redis
+from reference import expected  # noqa: F401  (the tests' reference)
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
@@ -20,7 +21,6 @@ from pool_queue.procs import Procs, free_port, wait_health
 from pool_queue.produce import Produced, produce, rescue_abandoned
 from pool_queue.protocol import Protocol
 from pool_queue.queue import Screen, screen_of
-from pool_queue.sim.reference import expected  # noqa: F401  (the tests' reference)
 from pool_queue.store import Store
 
 P = Protocol()
