@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC
 from pathlib import Path
 
+import faulty_worker
 from redis import Redis
 from reference import expected
 from rq.job import Job, JobStatus
@@ -158,8 +159,9 @@ class Chaos:
 
     def _worker(self, name: str) -> subprocess.Popen[bytes]:
         self.started[name] = time.monotonic()
-        argv = [sys.executable, "-m", "workers.main", "--server", self.urls[WORKERS[name]], "--name", name]
-        return self.procs.start(name, argv, env={**self.env, "POOL_CLOCK_SKEW_S": str(self.skews.get(name, 0.0))})
+        skew = faulty_worker.command("--clock-skew-s", str(self.skews.get(name, 0.0)))
+        argv = [*skew, "--server", self.urls[WORKERS[name]], "--name", name]
+        return self.procs.start(name, argv, env=self.env)
 
     def _cli(self, *argv: str) -> subprocess.CompletedProcess[str]:
         argv = (str(BIN / argv[0]), *argv[1:])

@@ -62,8 +62,12 @@ class Stack:
         wait_health(url, 20)
         return url
 
-    def worker(self, name: str, server: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        argv = [sys.executable, "-m", "workers.main", "--server", server, "--name", name, *args]
+    def worker(
+        self, name: str, server: str, *args: str, env: dict[str, str] | None = None, wrapper: list[str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """A worker process; `wrapper` replaces `python -m workers.main` (faulty_worker.command(...))."""
+        start = wrapper or [sys.executable, "-m", "workers.main"]
+        argv = [*start, "--server", server, "--name", name, *args]
         return self.procs.start(name, argv, env={**self.env, **(env or {})})
 
     def piped_worker(
