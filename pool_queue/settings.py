@@ -150,10 +150,6 @@ class Settings(BaseSettings):
         json_schema_extra={"flags": ["pool-enqueue --chunk-size"]},
     )
     max_frame_pixels: int = Field(default=50_000_000, ge=1, description="a larger frame is an error row, never decoded")
-    fault_items: Annotated[frozenset[str], NoDecode] = Field(
-        default_factory=frozenset, description="tests only: item ids whose screening raises inside the worker"
-    )
-    clock_skew_s: float = Field(default=0.0, description="tests only: this worker's wall clock runs this far off")
     video_send: Literal["adjacent", "serial"] = Field(
         default="adjacent",  # H200, 448-px JPEG frames, 3 items per video: 29.8 items/s adjacent, 21.1 serial (h200.md)
         description="steps with frames: a video's items all at once; or its first, then its siblings once answered",
@@ -259,11 +255,6 @@ class Settings(BaseSettings):
     @classmethod
     def _redis_url(cls, v: str) -> str:
         return check_redis_url(v)
-
-    @field_validator("fault_items", mode="before")
-    @classmethod
-    def _split_items(cls, v: Any) -> Any:
-        return frozenset(x.strip() for x in v.split(",") if x.strip()) if isinstance(v, str) else v
 
     @field_validator("servers", mode="before")
     @classmethod

@@ -17,7 +17,6 @@ from pool_queue.lease import Timing
 from pool_queue.protocol import Protocol
 from pool_queue.queue import screen_of
 from pool_queue.settings import BURST_WAIT_S, Settings
-from pool_queue.sim import clock
 from pool_queue.sizing import FALLBACK_SEQS
 from pool_queue.store import Store
 
@@ -93,8 +92,6 @@ async def _main(argv: list[str] | None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("rq.job").setLevel(logging.WARNING)  # "enqueued for retry" per job: the rescue says it once
     s = settings(a, wait_server_s=a.wait_server, wait_redis_s=a.wait_redis)
-    if s.clock_skew_s:
-        clock.skew(s.clock_skew_s)
     server = a.server or (s.servers[0] if s.servers else None)
     if not server:
         fail("no server: pass --server URL or set POOL_SERVERS")
@@ -176,7 +173,6 @@ def _worker(
         silent_s=s.silent_bound_s,
         metrics_port=a.metrics_port if a.metrics_port is not None else s.metrics_port,
         max_frame_pixels=s.max_frame_pixels,
-        fault_items=s.fault_items,
         video_send=s.video_send,
         note_s=s.wait_note_s,
     )

@@ -70,7 +70,6 @@ class Worker:
         poll_s: float = 0.5,
         metrics_port: int | None = None,
         max_frame_pixels: int = DEFAULT_MAX_PIXELS,
-        fault_items: frozenset[str] = frozenset(),
         video_send: VideoSend = "adjacent",
         note_s: float = 60.0,
     ) -> None:
@@ -101,7 +100,6 @@ class Worker:
             Identity(protocol.fingerprint, spec.model, spec.revision, server, name),
             self.inflight,
             max_frame_pixels,
-            fault_items,
             video_send,
         )
         self.writers: dict[int, SegmentWriter] = {}

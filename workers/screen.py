@@ -90,7 +90,6 @@ class Screener:
         who: Identity,
         inflight: Slots,
         max_frame_pixels: int = DEFAULT_MAX_PIXELS,
-        fault_items: frozenset[str] = frozenset(),
         video_send: VideoSend = "adjacent",
     ) -> None:
         self.protocol = protocol
@@ -100,7 +99,6 @@ class Screener:
         self.inflight = inflight
         self.encoder = FrameEncoder(protocol.image_long_side, protocol.jpeg_quality, max_pixels=max_frame_pixels)
         self.in_flight = 0  # forwards sent, not yet answered (for metrics and pool-status)
-        self.fault_items = fault_items  # tests only: these items raise inside the worker
         self.serial = video_send == "serial"  # a video's first item alone, then its siblings on a warm cache
         self.first_of: dict[str, asyncio.Event] = {}  # video -> set when its first item is answered
         self.batch = False  # the server has the batch endpoint: a video's items go as one request
@@ -161,8 +159,6 @@ class Screener:
         except (ValueError, TypeError, KeyError, IndexError, OSError) as e:  # what the item's fields caused
             return self.error_row(step, item, f"{type(e).__name__} preparing the request: {e}", "bad_input", started)
         try:
-            if item.item_id in self.fault_items:
-                raise RuntimeError("injected fault (POOL_FAULT_ITEMS, tests only)")
             async with self._video_turn(item.video_id if idx else None):
                 answers = await asyncio.gather(*(self._send(step, r) for r in raws), return_exceptions=True)
             return self._judge(step, item, orders, answers, idx, n_total, started)
@@ -204,11 +200,8 @@ class Screener:
         started = time.time()
         conversations: list[list[dict[str, Any]]] = []
         planned: list[tuple[Item, list[list[int]], int]] = []  # item, its orders, its first conversation
-        alone: list[Item] = []  # an item whose request cannot be made, or a test's fault: its own path says why
+        alone: list[Item] = []  # an item whose request cannot be made: its own path says why
         for it in items:
-            if it.item_id in self.fault_items:  # tests only: the fault is raised on the item's own path
-                alone.append(it)
-                continue
             first = len(conversations)
             try:
                 orders = self.protocol.orders(step, it.item_id, len(it.options))

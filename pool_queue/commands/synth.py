@@ -13,8 +13,7 @@ import time
 from pathlib import Path
 
 from ..cli import Parser, number, reports_errors
-from ..hostile import add_hostile
-from ..synth import SynthConfig, SynthSummary, build_root, generate, staging
+from ..synth import SynthConfig, build_root, generate, staging
 
 
 @reports_errors
@@ -29,7 +28,6 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--bad-items", action="store_true", help="add a file of invalid items (one per rule)")
     p.add_argument("--items-per-video", type=number(int, 0), default=0, help="exactly N items per video (0: at random)")
     p.add_argument("--corrupt-frames", type=number(int, 0), default=0, help="videos whose frames get damaged")
-    p.add_argument("--hostile", action="store_true", help="add ~90 kinds of messy items and frames")
     a = p.parse_args(argv)
     cfg = SynthConfig(
         n_items=a.items,
@@ -41,17 +39,13 @@ def main(argv: list[str] | None = None) -> None:
         items_per_video=a.items_per_video,
     )
 
-    def make(folder: Path) -> tuple[SynthSummary, int]:
-        return generate(folder, cfg), len(add_hostile(folder, a.seed)) if a.hostile else 0
-
     t0 = time.perf_counter()
     try:
-        s, n_hostile = build_root(a.root, make)
+        s = build_root(a.root, lambda folder: generate(folder, cfg))
     except KeyboardInterrupt:
         print(f"interrupted: {a.root} was not made (the next run removes {staging(a.root)})", file=sys.stderr)
         raise SystemExit(130) from None
-    extra = f", {n_hostile} hostile kinds" if a.hostile else ""
     print(
         f"wrote {a.root}: {s.n_items} items, {s.n_videos_with_frames} videos with frames "
-        f"({s.n_frames} frames, {s.n_shards} shards){extra} in {time.perf_counter() - t0:.1f} s"
+        f"({s.n_frames} frames, {s.n_shards} shards) in {time.perf_counter() - t0:.1f} s"
     )

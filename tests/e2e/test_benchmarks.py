@@ -16,8 +16,6 @@ from pool_queue.protocol import Protocol
 from pool_queue.settings import load_settings
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCH))
-import profile_summary  # noqa: E402
 
 P = Protocol()
 
@@ -77,15 +75,15 @@ def test_profile_summary_counts_per_process_and_thread(tmp_path: Path) -> None:
         'process 10:"vllm serve";process 12:"VLLM::EngineCore";thread (12): MainThread;step (core.py:1) 10\n'
         'process 10:"vllm serve";process 13:"VLLM::APIServer_0";thread (13): MainThread;render (r.py:3) 5\n'
     )
-    per_thread, self_, incl = profile_summary.parse(raw)
-    engine = "12 VLLM::EngineCore / MainThread"
-    assert per_thread == {engine: 40, "13 VLLM::APIServer_0 / MainThread": 5}
-    assert self_[engine] == {"execute (runner.py:2)": 30, "step (core.py:1)": 10}
-    assert incl[engine]["step (core.py:1)"] == 40
     f = tmp_path / "prof.txt"
     f.write_text(raw)
     text = _run(str(BENCH / "profile_summary.py"), str(f), "--seconds", "1", "--rate", "50")
-    assert "12 VLLM::EngineCore / MainThread" in text and "0.8" in text  # 40 samples at 50 Hz in 1 s
+    rows = [line.split() for line in text.splitlines()]
+    assert ["12", "VLLM::EngineCore", "/", "MainThread", "40", "0.8"] in rows  # 40 samples at 50 Hz in 1 s
+    assert ["13", "VLLM::APIServer_0", "/", "MainThread", "5", "0.1"] in rows
+    assert "## 12 VLLM::EngineCore / MainThread: 40 samples" in text
+    # per function: samples on top of the stack, their share, and the share with the function anywhere in it
+    assert ["execute", "(runner.py:2)", "30", "75", "75"] in rows and ["step", "(core.py:1)", "10", "25", "100"] in rows
 
 
 def test_serve_prints_the_launchers_argv_with_the_extra_arguments() -> None:

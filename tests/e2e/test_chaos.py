@@ -1,16 +1,13 @@
 """A seeded fault run in the suite: a 2,000-item, three-step screen through 14 faults, every kind of
-benchmarks/chaos.py (kill -9 and SIGSTOP of workers and simulators, kill -9 of Redis, Redis at its
-maxmemory, FLUSHALL followed by the README's recovery, a worker's disk refusing rows, a worker's clock
-2 minutes off) and worker kills, finishing with nothing done by hand."""
+tests/harness/chaos_run.py (which benchmarks/chaos.py runs large): kill -9 and SIGSTOP of workers and
+simulators, kill -9 of Redis, Redis at its maxmemory, FLUSHALL followed by the README's recovery, a
+worker's disk refusing rows, a worker's clock 2 minutes off, and worker kills, finishing with nothing done by hand."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCH))
-from chaos import KINDS, Config, run_chaos  # noqa: E402
+from chaos_run import KINDS, Config, run_chaos
 
 
 def test_a_screen_survives_seeded_faults_and_lands_exactly(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 from redis import Redis
+from reference import expected
 from test_readme import fenced_lines
 
 from pool_queue.commands import export as export_command
@@ -25,7 +26,6 @@ from pool_queue.queue import screen_of
 from pool_queue.report import all_steps, by_benchmark, step_report
 from pool_queue.rows import ROW_SCHEMA
 from pool_queue.settings import load_settings
-from pool_queue.sim.reference import expected
 from pool_queue.store import Store
 
 SCRIPTS = [

@@ -22,6 +22,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 from redis import Redis
+from reference import expected
 from rq.job import Job
 from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
@@ -29,7 +30,6 @@ from rq.serializers import JSONSerializer
 from pool_queue.audit import run_audit
 from pool_queue.items import load_items
 from pool_queue.protocol import Protocol
-from pool_queue.sim.reference import expected
 from pool_queue.store import Store
 
 REPO = Path(__file__).resolve().parents[2]

@@ -241,7 +241,7 @@ def test_one_command_screens_every_step_on_one_gpu_and_a_step_launch_says_what_w
     """`pool-launch --burst` alone: the 8B for steps 1-2, then the 2B for step 3, on the one GPU; every
     step complete and the reference's verdicts. `--step 1` alone leaves step 3 waiting and says so; the whole
     launch after it starts no 8B, whose steps are complete, only the 2B."""
-    from pool_queue.sim.reference import expected
+    from reference import expected
 
     base = port0()
     env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(base)}
@@ -308,7 +308,7 @@ def test_one_gpu_that_holds_both_models_serves_them_at_once(pool_root, redis_url
     both servers on their shares, the 8B's workers at work while the 2B starts (each server takes 5 s to
     start here), step 3's jobs taken as steps 1-2 chain them; every step complete with the reference's
     verdicts."""
-    from pool_queue.sim.reference import expected
+    from reference import expected
 
     env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(port0()),
            "WORKERS": "64", "POOL_WAIT_NOTE_S": "1", "MAX_BATCHED_TOKENS": "derived"}  # fmt: skip

@@ -1,4 +1,4 @@
-"""A hostile pool (pool_queue.hostile: ~90 kinds of messy items and frames) screened to the end over real
+"""A hostile pool (tests/harness/hostile.py: ~90 kinds of messy items and frames) screened to the end over real
 Redis, simulators and workers: no job fails, every valid item is settled at each step it reaches, every
 invalid one is named with a reason, and the package root is byte-identical afterwards."""
 
@@ -11,10 +11,10 @@ import sys
 import time
 from pathlib import Path
 
+from hostile import add_hostile
 from rq.registry import FailedJobRegistry
 from stack import FAST, P, Stack
 
-from pool_queue.hostile import add_hostile
 from pool_queue.items import load_items
 from pool_queue.plan import eligible
 from pool_queue.synth import SynthConfig, generate

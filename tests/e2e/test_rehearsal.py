@@ -1,6 +1,7 @@
 """The rehearsal in the suite, small: a 3,000-item pool of the real shape through every stage of
-benchmarks/rehearsal.py (synth, enqueue, the screen with status refreshes, a FLUSHALL and its
-recovery, a worker killed, report, audit, export, pack), ending complete and equal to the reference."""
+tests/harness/rehearsal_run.py, which benchmarks/rehearsal.py runs large (synth, enqueue, the screen with
+status refreshes, a FLUSHALL and its recovery, a worker killed, report, audit, export, pack), ending
+complete and equal to the reference."""
 
 from __future__ import annotations
 
@@ -11,15 +12,12 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from reference import expected
+from rehearsal_run import Config, proc_sample, run_rehearsal
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCH))
-from rehearsal import Config, proc_sample, run_rehearsal  # noqa: E402
-
-from pool_queue.items import load_items  # noqa: E402
-from pool_queue.protocol import Protocol  # noqa: E402
-from pool_queue.sim.reference import expected  # noqa: E402
-from pool_queue.store import Store  # noqa: E402
+from pool_queue.items import load_items
+from pool_queue.protocol import Protocol
+from pool_queue.store import Store
 
 
 def test_a_small_rehearsal_runs_every_stage_and_lands_exactly(tmp_path: Path) -> None:

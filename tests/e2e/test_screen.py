@@ -3,6 +3,7 @@
 import signal
 import time
 
+import faulty_worker
 import pytest
 from stack import Stack, expected
 
@@ -181,7 +182,7 @@ def test_one_item_raising_inside_the_worker_costs_that_item_only(stack):
     q = stack.screen.snapshot([1])[1]
     chunks = stack.screen.payloads(q.waiting)
     victim = chunks[q.waiting[0]].items[10]
-    stack.worker("w", url, "--steps", "1", "--burst", env={"POOL_FAULT_ITEMS": victim})
+    stack.worker("w", url, "--steps", "1", "--burst", wrapper=faulty_worker.command("--fault-items", victim))
     stack.wait_workers(["w"])
     got = stack.winners(1)
     bad = [r for r in got.values() if r["status"] == "error"]

@@ -25,11 +25,11 @@ from typing import Any
 
 from ports import port0
 from redis import Redis
+from reference import expected
 from test_deploy import launched
 
 from pool_queue.guard import members, start_time
 from pool_queue.protocol import Protocol
-from pool_queue.sim.reference import expected
 from pool_queue.store import Store
 
 P = Protocol()

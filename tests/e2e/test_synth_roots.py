@@ -79,7 +79,7 @@ def test_a_leftover_it_did_not_leave_is_refused_and_kept(tmp_path):
 def test_a_root_moved_into_place_keeps_its_links_and_shards(tmp_path):
     """Links inside a generated root (the hostile pool's) are relative, and hard-linked frames stay linked:
     the rename that puts the root in place keeps every one of them valid."""
-    from pool_queue.hostile import add_hostile
+    from hostile import add_hostile
 
     def make(folder: Path) -> None:
         generate(folder, SynthConfig(n_items=30, n_videos=8, seed=2, frames=(8, 12), link_frames=True))

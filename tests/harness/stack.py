@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from redis import Redis
+from reference import expected  # noqa: F401  (the tests' reference)
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
@@ -20,7 +21,6 @@ from pool_queue.procs import Procs, free_port, wait_health
 from pool_queue.produce import Produced, produce, rescue_abandoned
 from pool_queue.protocol import Protocol
 from pool_queue.queue import Screen, screen_of
-from pool_queue.sim.reference import expected  # noqa: F401  (the tests' reference)
 from pool_queue.store import Store
 
 P = Protocol()
@@ -62,8 +62,12 @@ class Stack:
         wait_health(url, 20)
         return url
 
-    def worker(self, name: str, server: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        argv = [sys.executable, "-m", "workers.main", "--server", server, "--name", name, *args]
+    def worker(
+        self, name: str, server: str, *args: str, env: dict[str, str] | None = None, wrapper: list[str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """A worker process; `wrapper` replaces `python -m workers.main` (faulty_worker.command(...))."""
+        start = wrapper or [sys.executable, "-m", "workers.main"]
+        argv = [*start, "--server", server, "--name", name, *args]
         return self.procs.start(name, argv, env={**self.env, **(env or {})})
 
     def piped_worker(

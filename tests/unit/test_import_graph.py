@@ -78,3 +78,34 @@ def test_no_module_of_the_project_imports_itself_through_others():
 
 def test_a_circle_is_found():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def outside_imports(path: Path) -> set[str]:
+    """The top-level names of the absolute imports in one file (`import a.b` and `from a.b import c` give a)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name.partition(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.partition(".")[0])
+    return out
+
+
+def harness_names() -> set[str]:
+    """What a product module must never import: the test tree, the benchmarks, and the modules that the test
+    harness and the benchmarks put on the path under their bare names (`stack`, `reference`, `_util`, ...)."""
+    scripts = [*(ROOT / "tests" / "harness").glob("*.py"), *(ROOT / "benchmarks").glob("*.py")]
+    return {"tests", "benchmarks", *(f.stem for f in scripts)}
+
+
+def test_no_product_module_imports_the_tests_or_the_benchmarks():
+    banned = harness_names()
+    assert {"stack", "reference", "chaos_run", "_util"} <= banned  # the harness and benchmarks were read
+    found = {name: sorted(outside_imports(path) & banned) for name, path in modules().items()}
+    assert {name: hits for name, hits in found.items() if hits} == {}
+
+
+def test_a_product_module_importing_the_harness_is_found(tmp_path):
+    planted = tmp_path / "m.py"
+    planted.write_text("import os\nfrom reference import expected\nimport tests.harness.stack\nfrom . import x\n")
+    assert outside_imports(planted) & harness_names() == {"reference", "tests"}

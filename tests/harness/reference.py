@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..items import load_items
-from ..protocol import Protocol
-from .model import PROFILES, answer
+from pool_queue.items import load_items
+from pool_queue.protocol import Protocol
+from pool_queue.sim.model import PROFILES, answer
 
 P = Protocol()
 

@@ -1,5 +1,5 @@
 """A hostile pool: ~90 kinds of messy items and frames added to a synthetic root, each with what must
-happen to it. `pool-synth --hostile` writes it; tests/test_hostile.py screens it to the end.
+happen to it. tests/e2e/test_hostile.py screens it to the end.
 
 Expectations (`Kind.expect`): "rejected" (named in the `pool-items` report, with `reason`), "ok" (an
 ok row at step 1), "ok:<step>" (an ok row at that step), "no-frames" (an ok step-1 row, never
@@ -25,9 +25,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
-from .protocol import LETTERS
-from .sim.model import believed_option
-from .synth import ANSWERS, question_in_band
+from pool_queue.protocol import LETTERS
+from pool_queue.sim.model import believed_option
+from pool_queue.synth import ANSWERS, question_in_band
 
 BENCH = "SynthHostile"
 HARD = (0.0, 0.05)  # blind knowledge: the simulated 8B keeps these items at step 1
