@@ -226,7 +226,7 @@ class Settings(BaseSettings):
         if src is None or src.file is None or (demo := demo_env_root(src.file)) is None or is_held("pool-demo", demo):
             return None
         return (f"Redis at {self.redis_said()} unreachable (it stopped with the demo): delete {src.file} (or run "
-                "pool-demo again), or name a running Redis with --redis-url")  # fmt: skip
+                "pool-demo again), or set REDIS_URL to a running Redis")  # fmt: skip
 
     @property
     def silent_bound_s(self) -> float:

@@ -79,7 +79,7 @@ def run_steps(
     for step in steps:
         done = produce(protocol, step, items, store, screen, s.frames_dir, s.chunk_size, limit=limit,
                        retry_failed=retry_failed, plan_only=plan_only)  # fmt: skip
-        show(con, done, screen.queue_name(step) if screen else "")
+        show(con, done, screen.queue_name(step) if screen else "", s.redis_said())
         print(f"STEP={step} REMAINING_TOTAL={done.remaining}" if label else f"REMAINING_TOTAL={done.remaining}")
         remaining[step] = done.remaining
     return screen, remaining
@@ -131,11 +131,12 @@ def _reach_redis(s: Settings) -> None:
         raise SetupError(s.demo_gone() or f"cannot reach Redis at {s.redis_said()}: {e}") from None
 
 
-def show(con: Console, done: Produced, queue: str) -> None:
-    """The plan per benchmark and what was enqueued (also what pool-launch prints per step)."""
+def show(con: Console, done: Produced, queue: str, redis: str) -> None:
+    """The plan per benchmark and what was enqueued (also what pool-launch prints per step); `redis`: the Redis
+    named as `Settings.redis_said` names it (with the `.env` its URL came from)."""
     plan, step = done.plan, done.plan.step
     if done.redis_error:
-        con.print(f"[yellow]Redis unreachable ({done.redis_error}); the plan ignores queued work[/]")
+        con.print(f"[yellow]Redis at {redis} unreachable ({done.redis_error}); the plan ignores queued work[/]")
     if done.retried:
         con.print(f"step {step}: {done.retried} failed job(s) will run again")
     t = Table("benchmark", "eligible", "to enqueue", title=f"step {step} plan")

@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from pool_queue.procs import free_port
+from pool_queue.protocol import Protocol
 from pool_queue.settings import DEMO_ENV_MARK
+from pool_queue.store import Store
 
 BIN = Path(sys.executable).parent
 ROOT_FLAGS = ("--root", "pool")  # a root that does not exist: nothing may make it
@@ -125,6 +127,7 @@ def test_the_redis_of_a_stopped_demo_is_named_with_its_env_file_and_not_waited_f
     for argv in (("rq", "info", "-c", "pool_queue.rq_config"), ("pool-enqueue", "--step", "1")):
         line = one_line(run(*argv, cwd=tmp_path))
         assert line.startswith(f"error: {said} unreachable"), (argv, line)
+    assert "set REDIS_URL to a running Redis" in line  # what rq info, which has no --redis-url, can do too
     assert not (pool_root / "results" / "pool" / "PROTOCOL.json").exists()  # nothing stamped
     with demo_running(pool_root):
         out = run(
@@ -134,6 +137,10 @@ def test_the_redis_of_a_stopped_demo_is_named_with_its_env_file_and_not_waited_f
     running = f"Redis at {gone} (REDIS_URL from {env_file}, written by pool-demo for a demo that runs) unreachable"
     assert first.startswith(running) and "waiting up to 0 s" in first, out.stderr
     assert out.returncode == 2 and last.startswith(f"error: {running}") and "gave up after 0 s" in last, out.stderr
+    P = Protocol()
+    Store(pool_root / "results" / "pool", P.fingerprint, P.model_dump(mode="json")).claim()  # a screen begun
+    plan = run("pool-enqueue", "--step", "1", "--plan-only", cwd=tmp_path, env={"COLUMNS": "1000"})  # no wrapping
+    assert plan.returncode == 0 and f"{said} unreachable (" in plan.stderr, plan.stderr  # the plan goes on
 
 
 def test_a_redis_url_from_an_env_file_is_named_with_it_in_the_wait(pool_root, tmp_path):
