@@ -31,6 +31,9 @@ class WorkerSnapshot(BaseModel):
     pid: int
     max_inflight: int
     inflight: int  # forwards sent and not yet answered
+    # what they cost the server, in forwards (the in-flight bound's unit, `workers.slots`): a batch's siblings cost
+    # about one frame's worth each, so more forwards than max_inflight may be at the server
+    inflight_cost: float = 0.0
     active_jobs: int
     items: int
     forwards: int

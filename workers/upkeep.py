@@ -173,6 +173,7 @@ def snapshot(w: Tended) -> presence.WorkerSnapshot:
         pid=os.getpid(),
         max_inflight=w.max_inflight,
         inflight=w.screener.in_flight,
+        inflight_cost=w.screener.inflight.held,
         active_jobs=len(w.active),
         items=c.items,
         forwards=c.forwards,

@@ -119,10 +119,13 @@ def render(st: RunStatus) -> Group:
     )
     for w in st.workers:
         up = {True: "[green]up[/]", False: "[red]DOWN[/]", None: "?"}[w.health if w.health is not None else w.server_up]
-        rate, load = f"{w.items_per_s:.1f}", f"{w.inflight}/{w.max_inflight}"
+        rate, load = f"{w.items_per_s:.1f}", in_flight_cell(w.inflight, w.inflight_cost, w.max_inflight)
         workers.add_row(f"{w.name}\n{w.server}", ",".join(map(str, w.steps)), rate, load, up, str(w.errors))
     parts.append(workers)
     parts.append("/s 1m: a worker's items of the last minute (since it started, if later) per second")
+    if any(w.inflight > round(w.inflight_cost) for w in st.workers):
+        parts.append("in flight: what the forwards cost the server against the bound, in forwards; a batch's "
+                     "siblings reuse its frames and cost about one frame each, so more are sent (in brackets)")
     if st.servers:
         engines = _table("the servers' engines (vLLM's /metrics)",
                          ("server", "steps", "running", "waiting", "tokens/step", "KV", "mm cache"), False)  # fmt: skip
@@ -139,6 +142,13 @@ def engine_cells(e: Engine) -> tuple[str, str, str, str, str]:
     processor cache's hits ("-": not exported by the server's release, or no step since)."""
     step = "-" if e.tokens_per_step is None else f"{e.tokens_per_step:,.0f}"
     return f"{e.running:.0f}", f"{e.waiting:.0f}", step, _pct(e.kv_cache_usage), _pct(e.processor_cache_hit_rate)
+
+
+def in_flight_cell(sent: int, cost: float, bound: int) -> str:
+    """A worker's in-flight bound as it holds it, by cost (`workers.slots`), and the forwards sent where they
+    are more: a batch's siblings cost little, so a worker at its bound may have many more at the server."""
+    held = f"{round(cost)}/{bound}"
+    return held if sent <= round(cost) else f"{held} ({sent} sent)"
 
 
 def frameless_lines(st: RunStatus) -> list[str]:

@@ -46,8 +46,9 @@ def _status() -> RunStatus:
     ]
     w = WorkerStatus(
         name="gpu3-node-with-a-long-hostname.cluster.example.org.a1b2c3", screen="s", server="http://10.0.12.34:8004",
-        steps=[3], host="node", pid=1, max_inflight=256, inflight=256, active_jobs=3, items=1, forwards=1,
-        errors=12, removed=0, retries=0, items_per_s=25.5, forwards_per_s=25.5, outage_s=0.0, server_up=True,
+        steps=[3], host="node", pid=1, max_inflight=256, inflight=1024, inflight_cost=256.0, active_jobs=3, items=1,
+        forwards=1, errors=12, removed=0, retries=0, items_per_s=25.5, forwards_per_s=25.5, outage_s=0.0,
+        server_up=True,
         last_error="item vmme-000123: HTTP 400: This model's maximum context length is 8192 tokens, more words here",
         started_at=0.0, updated_at=0.0, health=True,
         held="http://10.0.12.34:8004 answered no forward for 241 s (POOL_SERVER_SILENT_S 240 s)",
@@ -72,6 +73,8 @@ def test_the_view_fits_80_columns_and_cuts_nothing():
     assert "gpu3-node-with-a-long-hostname.cluster.example.org.a1b2c3" in joined
     assert "moreword" in joined and "http://10.0.12.34:8004" in joined
     assert "takesnowork:http://10.0.12.34:8004answerednoforwardfor241s" in joined  # a held worker says why
+    assert "256/256(1024sent)" in joined  # the bound by cost, and the forwards it lets in
+    assert "abatch'ssiblingsreuseitsframesandcostaboutoneframeeach" in joined  # said under the table
 
 
 def test_plain_lines_say_everything_on_one_line_per_step():
