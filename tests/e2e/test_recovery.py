@@ -90,7 +90,11 @@ def test_killed_mid_job_after_heartbeats_its_jobs_are_rescued_by_a_live_worker_a
         assert all(now[k] == leases[k] for k in now), (leases, now)
         assert time.monotonic() - killed_at < 120, stack.log("bystander")  # a test timeout only
         time.sleep(0.05)
-    rescued = re.findall(r"re-queued (\d+) abandoned job", stack.log("bystander", tail=10**6))
+    rescued: list[str] = []
+    while sum(map(int, rescued)) < len(old):  # the rescue's log line follows its transaction: wait for it
+        assert time.monotonic() - killed_at < 120, stack.log("bystander")  # a test timeout only
+        rescued = re.findall(r"re-queued (\d+) abandoned job", stack.log("bystander", tail=10**6))
+        time.sleep(0.05)
     assert sum(map(int, rescued)) == len(old), (rescued, old)
     readers_work(stack)
     stack.worker("victim", url, "--steps", "1", "--burst", env=FAST)  # restarted, same name
