@@ -124,8 +124,10 @@ def render(st: RunStatus) -> Group:
     parts.append(workers)
     parts.append("/s 1m: a worker's items of the last minute (since it started, if later) per second")
     if any(w.inflight > round(w.inflight_cost) for w in st.workers):
-        parts.append("in flight: what the forwards cost the server against the bound, in forwards; a batch's "
-                     "siblings reuse its frames and cost about one frame each, so more are sent (in brackets)")
+        parts.append(
+            "in flight: what the forwards cost the server against the bound, in forwards; a batch's "
+            "siblings reuse its frames and cost about one frame each, so more are sent (in brackets)"
+        )
     if st.servers:
         engines = _table("the servers' engines (vLLM's /metrics)",
                          ("server", "steps", "running", "waiting", "tokens/step", "KV", "mm cache"), False)  # fmt: skip
