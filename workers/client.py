@@ -201,10 +201,10 @@ class VLLMClient:
             self._down_note.tick()
             await asyncio.sleep(poll_s)
         if self._down_since is not None:
-            took = time.monotonic() - self._down_since
+            took_s = time.monotonic() - self._down_since
             self._down_since = None
-            self.outage_s += took
-            log.warning("%s is back after %.0f s", self.base_url, took)
+            self.outage_s += took_s
+            log.warning("%s is back after %.0f s", self.base_url, took_s)
 
     async def wait_first(self, limit_s: float, stop: Stop, poll_s: float = 1.0) -> None:
         """At start: wait up to `limit_s` for /health (vLLM takes minutes to load), or until `stop`. A port
@@ -336,5 +336,5 @@ class VLLMClient:
                     tops, tokens = parse_batch(r.content, n)
                 except (_Transient, ForwardError) as e:
                     raise BatchFailed(str(e)) from e
-                took = time.monotonic() - t0
-                return [Answer(top, None, 1, took, batch=True) for top in tops], tokens
+                took_s = time.monotonic() - t0
+                return [Answer(top, None, 1, took_s, batch=True) for top in tops], tokens

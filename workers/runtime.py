@@ -413,7 +413,7 @@ class Worker:
 
 async def _first(*aws: object) -> None:
     """Wait until the first of several awaitables finishes; cancel the rest."""
-    tasks = [asyncio.ensure_future(a) for a in aws]  # type: ignore[call-overload]
+    tasks = [asyncio.ensure_future(aw) for aw in aws]  # type: ignore[call-overload]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:

@@ -32,6 +32,6 @@ def served_steps(protocol: Protocol, models: list[dict[str, Any]], allow_unpinne
     if problems:
         raise ServerMisconfigured("; ".join(problems) + " (serve the pinned snapshot, as pool-launch does)")
     if not steps:
-        want = sorted({s.served_name for s in protocol.steps.values()})
+        want = sorted({spec.served_name for spec in protocol.steps.values()})
         raise ServerMisconfigured(f"the server serves {sorted(by_name)}, none of the protocol's models {want}")
     return sorted(steps)
