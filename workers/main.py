@@ -73,10 +73,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--burst", action="store_true", help="exit when the queues are empty (waits at most 30 s)")
     p.add_argument(
-        "--wait-server", type=number(float, 0.0), metavar="S", help="wait this long for the server at start (1 h)"
+        "--wait-server",
+        dest="wait_server_s",
+        type=number(float, 0.0),
+        metavar="S",
+        help="wait this long for the server at start (1 h)",
     )
     p.add_argument(
-        "--wait-redis", type=number(float, 0.0), metavar="S", help="wait this long for Redis, at start or mid-run (1 h)"
+        "--wait-redis",
+        dest="wait_redis_s",
+        type=number(float, 0.0),
+        metavar="S",
+        help="wait this long for Redis, at start or mid-run (1 h)",
     )
     p.add_argument(
         "--metrics-port",
@@ -95,7 +103,7 @@ async def _main(argv: list[str] | None) -> int:
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("rq.job").setLevel(logging.WARNING)  # "enqueued for retry" per job: the rescue says it once
-    settings = load_settings(args, wait_server_s=args.wait_server, wait_redis_s=args.wait_redis)
+    settings = load_settings(args, wait_server_s=args.wait_server_s, wait_redis_s=args.wait_redis_s)
     server = args.server or (settings.servers[0] if settings.servers else None)
     if not server:
         fail("no server: pass --server URL or set POOL_SERVERS")
