@@ -22,38 +22,14 @@ import httpx
 import orjson
 
 from pool_queue import prefix_cache
-from pool_queue.errors import ItemFailure, SetupError
+from pool_queue.errors import ForwardError, RetriesExhausted, ServerMisconfigured, ServerUnreachable
 from pool_queue.progress import duration
 from pool_queue.protocol import BATCH_PATH, lists_batch
-from pool_queue.rows import ErrorKind
 
 from .transport import SlimTransport
 from .waiting import Note, Stop
 
 log = logging.getLogger(__name__)
-
-
-class ForwardError(ItemFailure):
-    """A forward that cannot succeed for this item (HTTP 400, no logprobs): an error row at once
-    (ItemFailure's kind, permanent)."""
-
-
-class RetriesExhausted(ItemFailure):
-    """Transient failures used up the attempts: an error row a later run re-attempts (not a ForwardError)."""
-
-    kind: ErrorKind = "transient"
-
-    def __init__(self, message: str, attempts: int) -> None:
-        super().__init__(message)
-        self.attempts = attempts
-
-
-class ServerMisconfigured(SetupError):
-    """401/404 from the server or a model mismatch: no item is at fault, the worker must stop."""
-
-
-class ServerUnreachable(SetupError):
-    """At start: no vLLM answered within the wait, or something answered that is not an HTTP server."""
 
 
 class BatchFailed(Exception):

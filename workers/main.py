@@ -13,6 +13,7 @@ import redis
 
 from pool_queue.cli import fail, load_protocol, number, parser, reports_errors
 from pool_queue.cli import settings as load_settings
+from pool_queue.errors import ServerMisconfigured
 from pool_queue.items import ItemSet, load_items
 from pool_queue.lease import Timing
 from pool_queue.protocol import Protocol
@@ -21,7 +22,7 @@ from pool_queue.settings import BURST_WAIT_S, Settings
 from pool_queue.sizing import FALLBACK_SEQS
 from pool_queue.store import Store
 
-from .client import ServerMisconfigured, VLLMClient
+from .client import VLLMClient
 from .runtime import Worker, WorkerConfig, unique_name
 from .serving import served_steps
 from .waiting import Stop, Stopped

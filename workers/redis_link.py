@@ -16,7 +16,7 @@ from typing import TypeVar
 
 import redis
 
-from pool_queue.errors import SetupError
+from pool_queue.errors import RedisGone
 from pool_queue.progress import duration
 
 from .waiting import Note, Stop
@@ -30,10 +30,6 @@ FULL_SETTLE_S = 15.0
 log = logging.getLogger(__name__)
 # Waited out: Redis away, loading, or at its maxmemory refusing writes (a transaction refused whole).
 OUTAGE = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, redis.OutOfMemoryError)
-
-
-class RedisGone(SetupError, RuntimeError):
-    """Redis did not answer for longer than the worker is willing to wait."""
 
 
 class RedisLink:

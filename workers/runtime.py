@@ -26,6 +26,7 @@ from rq.serializers import JSONSerializer
 
 from pool_queue import lease as leases
 from pool_queue import prefix_cache, presence
+from pool_queue.errors import RedisGone, ServerMisconfigured
 from pool_queue.frames import DEFAULT_MAX_PIXELS
 from pool_queue.items import ItemSet
 from pool_queue.protocol import Protocol
@@ -36,10 +37,10 @@ from pool_queue.text import printable
 
 from . import upkeep
 from .chain import already_final, follow_up
-from .client import ServerMisconfigured, VLLMClient
+from .client import VLLMClient
 from .holds import Holds
 from .metrics import Metrics
-from .redis_link import RedisGone, RedisLink
+from .redis_link import RedisLink
 from .screen import Identity, Item, Screener, VideoSend
 from .slots import Slots
 from .upkeep import Counters

@@ -15,12 +15,12 @@ from typing import Any, Literal
 
 import orjson
 
-from pool_queue.errors import ItemFailure
+from pool_queue.errors import ItemFailure, ServerMisconfigured
 from pool_queue.frames import DEFAULT_MAX_PIXELS, FrameEncoder, FrameError, find_frames
 from pool_queue.protocol import LETTERS, Forward, Protocol, image_part
 from pool_queue.rows import ErrorKind, ForwardRecord, Row
 
-from .client import Answer, BatchFailed, ServerMisconfigured, VLLMClient
+from .client import Answer, BatchFailed, VLLMClient
 from .slots import Slots
 
 log = logging.getLogger(__name__)

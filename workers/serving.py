@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pool_queue.errors import ServerMisconfigured
 from pool_queue.protocol import Protocol
-
-from .client import ServerMisconfigured
 
 
 def _pinned(root: str, revision: str) -> bool:

@@ -11,9 +11,10 @@ import httpx
 import orjson
 import pytest
 
+from pool_queue.errors import ForwardError, RetriesExhausted, ServerUnreachable
 from pool_queue.procs import Procs, free_port, wait_health
 from pool_queue.protocol import Protocol
-from workers.client import ForwardError, RetriesExhausted, ServerUnreachable, VLLMClient
+from workers.client import VLLMClient
 from workers.transport import SlimTransport
 from workers.waiting import Stop
 
