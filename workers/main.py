@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import redis
 
 from pool_queue.cli import fail, load_protocol, number, parser, reports_errors
-from pool_queue.cli import settings as load_settings
+from pool_queue.cli import settings as cli_settings
 from pool_queue.errors import ServerMisconfigured
 from pool_queue.items import ItemSet, load_items
 from pool_queue.lease import Timing
@@ -104,7 +104,7 @@ async def _main(argv: list[str] | None) -> int:
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("rq.job").setLevel(logging.WARNING)  # "enqueued for retry" per job: the rescue says it once
-    settings = load_settings(args, wait_server_s=args.wait_server_s, wait_redis_s=args.wait_redis_s)
+    settings = cli_settings(args, wait_server_s=args.wait_server_s, wait_redis_s=args.wait_redis_s)
     server = args.server or (settings.servers[0] if settings.servers else None)
     if not server:
         fail("no server: pass --server URL or set POOL_SERVERS")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pool_queue.cli import settings as load_settings
+from pool_queue.cli import settings as cli_settings
 from workers.main import _parser, worker_config
 from workers.runtime import WorkerConfig
 
@@ -27,7 +27,7 @@ def _config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *flags: str) -> Wor
     }.items():
         monkeypatch.setenv(name, value)
     args = _parser().parse_args(["--server", SERVER, *flags])
-    return worker_config(args, load_settings(args), SERVER, [2, 1], wait_redis_s=12.0)
+    return worker_config(args, cli_settings(args), SERVER, [2, 1], wait_redis_s=12.0)
 
 
 def test_the_settings_make_the_configuration(monkeypatch, tmp_path):
