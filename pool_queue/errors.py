@@ -2,8 +2,10 @@
 
 A `PoolError` is what a command reports as one line on stderr and exit 2 (`cli.reports_errors`), never
 a traceback; its two branches say what the user can do. An `ItemFailure` is one item's and becomes
-that item's error row: it never reaches a command. The leaves live beside the code that raises them
-(the worker's in `workers/`, which the product's modules never import), so here is the whole tree:
+that item's error row: it never reaches a command. The product's leaves live beside the code that raises
+them. The worker's public leaves ("worker:") live here: the product's modules never import `workers/`, yet
+what a user and a launcher read of a worker (its exit, its error rows) is these classes. Signals outside the
+tree stay in their own module. Here is the whole tree:
 
     Exception
     ├── PoolError                    errors      one line on stderr, exit 2: the message says what to change
@@ -14,15 +16,15 @@ that item's error row: it never reaches a command. The leaves live beside the co
     │   │   ├── ProtocolError        protocol    a protocol file, naming the file and the field
     │   │   └── StoreError           store       a results root that is not ours to write (stamp, protocol)
     │   └── SetupError               errors      a setting, server or Redis: fix the setting or start it
-    │       ├── ServerMisconfigured  workers.client      401/404 or a model mismatch: the worker stops (a job
-    │       │                                            in hand goes back; mid-run exit 3: it stays down)
-    │       ├── ServerUnreachable    workers.client      no vLLM answered within the start's wait
-    │       └── RedisGone            workers.redis_link  Redis silent past the wait (at start exit 2,
-    │                                                    mid-run exit 4: pool-launch starts it again)
+    │       ├── ServerMisconfigured  errors      worker: 401/404 or a model mismatch: the worker stops (a job
+    │       │                                    in hand goes back; mid-run exit 3: it stays down)
+    │       ├── ServerUnreachable    errors      worker: no vLLM answered within the start's wait
+    │       └── RedisGone            errors      worker: Redis silent past the wait (at start exit 2, mid-run
+    │                                            exit 4: pool-launch starts it again)
     ├── ItemFailure                  errors      one item's error row, `kind` from the class; never a command's
-    │   ├── ForwardError             workers.client      cannot succeed for this item (HTTP 400): permanent
-    │   └── RetriesExhausted         workers.client      transient failures used the attempts: transient,
-    │                                                    a later run re-attempts it
+    │   ├── ForwardError             errors      worker: cannot succeed for this item (HTTP 400): permanent
+    │   └── RetriesExhausted         errors      worker: transient failures used the attempts: transient, a
+    │                                            later run re-attempts it
     └── outside the tree: signals inside one component, never shown to a user as such
         ├── StoreWriteError(OSError) store               rows not on disk (full, read-only): the job goes
         │                                                back and the worker holds until the disk takes rows
@@ -64,6 +66,36 @@ class ItemFailure(Exception):
     """One item's forward failed for good; `kind` goes into its error row (rows.ErrorKind)."""
 
     kind: ErrorKind = "permanent"
+
+
+# The worker's leaves (raised in `workers/`).
+
+
+class ServerMisconfigured(SetupError):
+    """401/404 from the server or a model mismatch: no item is at fault, the worker must stop."""
+
+
+class ServerUnreachable(SetupError):
+    """At start: no vLLM answered within the wait, or something answered that is not an HTTP server."""
+
+
+class RedisGone(SetupError, RuntimeError):
+    """Redis did not answer for longer than the worker is willing to wait."""
+
+
+class ForwardError(ItemFailure):
+    """A forward that cannot succeed for this item (HTTP 400, no logprobs): an error row at once
+    (ItemFailure's kind, permanent)."""
+
+
+class RetriesExhausted(ItemFailure):
+    """Transient failures used up the attempts: an error row a later run re-attempts (not a ForwardError)."""
+
+    kind: ErrorKind = "transient"
+
+    def __init__(self, message: str, attempts: int) -> None:
+        super().__init__(message)
+        self.attempts = attempts
 
 
 def folder_trouble(folder: Path, e: OSError) -> str:

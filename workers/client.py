@@ -22,38 +22,14 @@ import httpx
 import orjson
 
 from pool_queue import prefix_cache
-from pool_queue.errors import ItemFailure, SetupError
+from pool_queue.errors import ForwardError, RetriesExhausted, ServerMisconfigured, ServerUnreachable
 from pool_queue.progress import duration
 from pool_queue.protocol import BATCH_PATH, lists_batch
-from pool_queue.rows import ErrorKind
 
 from .transport import SlimTransport
 from .waiting import Note, Stop
 
 log = logging.getLogger(__name__)
-
-
-class ForwardError(ItemFailure):
-    """A forward that cannot succeed for this item (HTTP 400, no logprobs): an error row at once
-    (ItemFailure's kind, permanent)."""
-
-
-class RetriesExhausted(ItemFailure):
-    """Transient failures used up the attempts: an error row a later run re-attempts (not a ForwardError)."""
-
-    kind: ErrorKind = "transient"
-
-    def __init__(self, message: str, attempts: int) -> None:
-        super().__init__(message)
-        self.attempts = attempts
-
-
-class ServerMisconfigured(SetupError):
-    """401/404 from the server or a model mismatch: no item is at fault, the worker must stop."""
-
-
-class ServerUnreachable(SetupError):
-    """At start: no vLLM answered within the wait, or something answered that is not an HTTP server."""
 
 
 class BatchFailed(Exception):
@@ -201,10 +177,10 @@ class VLLMClient:
             self._down_note.tick()
             await asyncio.sleep(poll_s)
         if self._down_since is not None:
-            took = time.monotonic() - self._down_since
+            took_s = time.monotonic() - self._down_since
             self._down_since = None
-            self.outage_s += took
-            log.warning("%s is back after %.0f s", self.base_url, took)
+            self.outage_s += took_s
+            log.warning("%s is back after %.0f s", self.base_url, took_s)
 
     async def wait_first(self, limit_s: float, stop: Stop, poll_s: float = 1.0) -> None:
         """At start: wait up to `limit_s` for /health (vLLM takes minutes to load), or until `stop`. A port
@@ -336,5 +312,5 @@ class VLLMClient:
                     tops, tokens = parse_batch(r.content, n)
                 except (_Transient, ForwardError) as e:
                     raise BatchFailed(str(e)) from e
-                took = time.monotonic() - t0
-                return [Answer(top, None, 1, took, batch=True) for top in tops], tokens
+                took_s = time.monotonic() - t0
+                return [Answer(top, None, 1, took_s, batch=True) for top in tops], tokens

@@ -11,7 +11,9 @@ from urllib.parse import urlsplit
 
 import redis
 
-from pool_queue.cli import fail, load_protocol, number, parser, reports_errors, settings
+from pool_queue.cli import fail, load_protocol, number, parser, reports_errors
+from pool_queue.cli import settings as cli_settings
+from pool_queue.errors import ServerMisconfigured
 from pool_queue.items import ItemSet, load_items
 from pool_queue.lease import Timing
 from pool_queue.protocol import Protocol
@@ -20,9 +22,8 @@ from pool_queue.settings import BURST_WAIT_S, Settings
 from pool_queue.sizing import FALLBACK_SEQS
 from pool_queue.store import Store
 
-from .client import ServerMisconfigured, VLLMClient
-from .redis_link import RedisLink
-from .runtime import Worker, unique_name
+from .client import VLLMClient
+from .runtime import Worker, WorkerConfig, unique_name
 from .serving import served_steps
 from .waiting import Stop, Stopped
 
@@ -43,17 +44,19 @@ def bad_server_url(url: str) -> str | None:
     return None
 
 
-def check_redis(s: Settings) -> None:
+def check_redis(settings: Settings) -> None:
     """One quick PING before any wait: a refused password is named now (cli.reports_errors, exit 2), not
     after the wait for the server, and so is the Redis of a stopped demo that a `.env` names (it went with the
     demo: no wait helps); any other Redis that does not answer yet is waited for later, as an outage."""
-    conn = redis.Redis.from_url(s.redis_url, socket_connect_timeout=1, socket_timeout=1, **s.redis_kwargs())
+    conn = redis.Redis.from_url(
+        settings.redis_url, socket_connect_timeout=1, socket_timeout=1, **settings.redis_kwargs()
+    )
     try:
         conn.ping()
     except redis.AuthenticationError:
         raise
     except redis.RedisError:
-        if (gone := s.demo_gone()) is not None:
+        if (gone := settings.demo_gone()) is not None:
             fail(gone)
     finally:
         conn.close()
@@ -71,10 +74,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--burst", action="store_true", help="exit when the queues are empty (waits at most 30 s)")
     p.add_argument(
-        "--wait-server", type=number(float, 0.0), metavar="S", help="wait this long for the server at start (1 h)"
+        "--wait-server",
+        dest="wait_server_s",
+        type=number(float, 0.0),
+        metavar="S",
+        help="wait this long for the server at start (1 h)",
     )
     p.add_argument(
-        "--wait-redis", type=number(float, 0.0), metavar="S", help="wait this long for Redis, at start or mid-run (1 h)"
+        "--wait-redis",
+        dest="wait_redis_s",
+        type=number(float, 0.0),
+        metavar="S",
+        help="wait this long for Redis, at start or mid-run (1 h)",
     )
     p.add_argument(
         "--metrics-port",
@@ -87,95 +98,109 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _main(argv: list[str] | None) -> int:
-    a = _parser().parse_args(argv)
-    logging.basicConfig(level=a.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("rq.job").setLevel(logging.WARNING)  # "enqueued for retry" per job: the rescue says it once
-    s = settings(a, wait_server_s=a.wait_server, wait_redis_s=a.wait_redis)
-    server = a.server or (s.servers[0] if s.servers else None)
+    settings = cli_settings(args, wait_server_s=args.wait_server_s, wait_redis_s=args.wait_redis_s)
+    server = args.server or (settings.servers[0] if settings.servers else None)
     if not server:
         fail("no server: pass --server URL or set POOL_SERVERS")
     if (why := bad_server_url(server)) is not None:
         fail(why)
     # waiting suits a long-running worker, not a one-off run
-    wait_server, wait_redis = (min(w, BURST_WAIT_S) if a.burst else w for w in (s.wait_server_s, s.wait_redis_s))
-    protocol = load_protocol(s)
+    waits_s = (settings.wait_server_s, settings.wait_redis_s)
+    wait_server_s, wait_redis_s = (min(wait_s, BURST_WAIT_S) if args.burst else wait_s for wait_s in waits_s)
+    protocol = load_protocol(settings)
     # the inputs and the password first: a wrong root or password fails at once, before any wait or write
-    items = load_items(s.items_dir)
-    store = Store(s.results_dir, protocol.fingerprint, protocol.model_dump(mode="json"), s.results_named())
+    items = load_items(settings.items_dir)
+    store = Store(
+        settings.results_dir, protocol.fingerprint, protocol.model_dump(mode="json"), settings.results_named()
+    )
     store.check_stamp()
-    check_redis(s)
+    check_redis(settings)
     stop = Stop()
     stop.install()  # from here every wait ends on the first signal
-    key = s.vllm_api_key.get_secret_value() if s.vllm_api_key else None
+    key = settings.vllm_api_key.get_secret_value() if settings.vllm_api_key else None
     async with VLLMClient(
-        server, key, s.request_timeout_s, s.max_attempts, backoff_s=s.retry_backoff_s, note_s=s.wait_note_s
+        server,
+        key,
+        settings.request_timeout_s,
+        settings.max_attempts,
+        backoff_s=settings.retry_backoff_s,
+        note_s=settings.wait_note_s,
     ) as client:
-        log.info("waiting up to %.0f s for the vLLM server at %s (/health)", wait_server, server)
+        log.info("waiting up to %.0f s for the vLLM server at %s (/health)", wait_server_s, server)
         try:
-            await client.wait_first(wait_server, stop)
+            await client.wait_first(wait_server_s, stop)
         except Stopped:
             log.info("stopped while waiting for the vLLM server at %s", server)
             return 0
-        steps = served_steps(protocol, await client.served_models(), a.allow_unpinned)
-        if a.steps:
-            wanted = [int(x) for x in a.steps.split(",")]
+        steps = served_steps(protocol, await client.served_models(), args.allow_unpinned)
+        if args.steps:
+            wanted = [int(x) for x in args.steps.split(",")]
             if not set(wanted) <= set(steps):
-                raise ServerMisconfigured(f"--steps {a.steps}: the server serves steps {steps} only")
+                raise ServerMisconfigured(f"--steps {args.steps}: the server serves steps {steps} only")
             steps = wanted
         store.claim()
-        w = _worker(a, s, protocol, items, store, client, server, steps, wait_redis, stop)
-        w.screener.batch = s.batch == "auto" and await client.batch_endpoint()
+        w = _worker(args, settings, protocol, items, store, client, server, steps, wait_redis_s, stop)
+        w.screener.batch = settings.batch == "auto" and await client.batch_endpoint()
         log.info(
             "%s: %s", w.name, "batch requests (the server lists /v1/chat/completions/batch): a video's items "
-            "together, siblings' frames by uuid" if w.screener.batch else f"one request per forward (batch={s.batch}"
-            ", or the server's /openapi.json lists no /v1/chat/completions/batch)",
+            "together, siblings' frames by uuid" if w.screener.batch else "one request per forward "
+            f"(batch={settings.batch}, or the server's /openapi.json lists no /v1/chat/completions/batch)",
         )  # fmt: skip
         gc.collect()
         gc.freeze()  # start-up objects (the item table's Python side, modules) leave the collector's scans
-        return await w.run(burst=a.burst)
+        return await w.run()
+
+
+def worker_config(
+    args: argparse.Namespace, settings: Settings, server: str, steps: list[int], wait_redis_s: float
+) -> WorkerConfig:
+    """The worker's configuration: the settings, with the command's flags over them (a fresh unique name)."""
+    return WorkerConfig(
+        name=unique_name(server, args.name),
+        server=server,
+        steps=tuple(steps),
+        # pool-launch passes the derived size
+        max_inflight=args.inflight or settings.workers or settings.max_seqs or FALLBACK_SEQS,
+        frames_dir=settings.frames_dir,
+        redis=settings.redis_said(),
+        wait_redis_s=wait_redis_s,
+        timing=Timing(settings.lease_s, settings.heartbeat_s, settings.rescue_s, settings.job_max_failures),
+        silent_s=settings.silent_bound_s,
+        burst=args.burst,
+        note_s=settings.wait_note_s,
+        metrics_port=args.metrics_port if args.metrics_port is not None else settings.metrics_port,
+        max_frame_pixels=settings.max_frame_pixels,
+        video_send=settings.video_send,
+    )
 
 
 def _worker(
-    a: argparse.Namespace,
-    s: Settings,
+    args: argparse.Namespace,
+    settings: Settings,
     protocol: Protocol,
     items: ItemSet,
     store: Store,
     client: VLLMClient,
     server: str,
     steps: list[int],
-    wait_redis: float,
+    wait_redis_s: float,
     stop: Stop,
 ) -> Worker:
-    inflight = a.inflight or s.workers or s.max_seqs or FALLBACK_SEQS  # pool-launch passes the derived size
-    screen = screen_of(store, s.redis())
+    screen = screen_of(store, settings.redis())
     assert screen is not None  # the store was just claimed
-    name = stop.who = unique_name(server, a.name)
+    config = worker_config(args, settings, server, steps, wait_redis_s)
+    stop.who = config.name
     log.info(
         "%s: screen %s, steps %s via %s, %d in flight, %d items known",
-        name, screen.id, steps, server, inflight, items.items.num_rows,
+        config.name, screen.id, steps, server, config.max_inflight, items.items.num_rows,
     )  # fmt: skip
-    return Worker(
-        name=name,
-        server=server,
-        steps=steps,
-        protocol=protocol,
-        items=items,
-        store=store,
-        frames_dir=s.frames_dir,
-        screen=screen,
-        link=RedisLink(s.redis_said(), wait_redis, name, s.wait_note_s, settle_s=3 * s.heartbeat_s),
-        stop=stop,
-        timing=Timing(s.lease_s, s.heartbeat_s, s.rescue_s, s.job_max_failures),
-        client=client,
-        max_inflight=inflight,
-        silent_s=s.silent_bound_s,
-        metrics_port=a.metrics_port if a.metrics_port is not None else s.metrics_port,
-        max_frame_pixels=s.max_frame_pixels,
-        video_send=s.video_send,
-        note_s=s.wait_note_s,
-    )
+    return Worker(config, protocol=protocol, items=items, store=store, screen=screen, client=client, stop=stop)
 
 
 @reports_errors

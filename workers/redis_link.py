@@ -16,7 +16,7 @@ from typing import TypeVar
 
 import redis
 
-from pool_queue.errors import SetupError
+from pool_queue.errors import RedisGone
 from pool_queue.progress import duration
 
 from .waiting import Note, Stop
@@ -30,10 +30,6 @@ FULL_SETTLE_S = 15.0
 log = logging.getLogger(__name__)
 # Waited out: Redis away, loading, or at its maxmemory refusing writes (a transaction refused whole).
 OUTAGE = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, redis.OutOfMemoryError)
-
-
-class RedisGone(SetupError, RuntimeError):
-    """Redis did not answer for longer than the worker is willing to wait."""
 
 
 class RedisLink:
@@ -61,7 +57,7 @@ class RedisLink:
     async def call(self, fn: Callable[..., T], *args: object, stop: Stop | None = None) -> T:
         """`fn(*args)` in a thread, repeated while Redis is unreachable (up to `wait_s`). A call that guards
         no work in flight (taking a job, starting) passes `stop`: the first signal ends its wait (Stopped)."""
-        pause = 0.2
+        pause_s = 0.2
         while True:
             try:
                 out = await self._run(fn, *args)
@@ -74,8 +70,8 @@ class RedisLink:
                     raise RedisGone(f"Redis at {self.where} did not answer for {self.wait_s:.0f} s: {e}") from e
                 assert self.note is not None
                 self.note.tick()
-                await (stop.sleep(pause) if stop is not None else asyncio.sleep(pause))
-                pause = min(2 * pause, 2.0)
+                await (stop.sleep(pause_s) if stop is not None else asyncio.sleep(pause_s))
+                pause_s = min(2 * pause_s, 2.0)
                 continue
             self._up(fn)
             return out
@@ -120,7 +116,7 @@ class RedisLink:
                 self.through = now
             if self.through is None or now - self.through < self.settle_s:
                 return
-        gone = (self.through or now) - self.down_since
-        log.warning("%s: Redis at %s is back after %.1f s", self.who, self.where, gone)
+        gone_s = (self.through or now) - self.down_since
+        log.warning("%s: Redis at %s is back after %.1f s", self.who, self.where, gone_s)
         self.down_since = self.through = None
         self.refused.clear()

@@ -3,6 +3,7 @@
 Several jobs run at once so the server never drains between chunks: a new job is taken while the
 forwards still queued locally would keep the server busy for about two more rounds. Background duties
 live in `upkeep`; what stops the worker taking work for a while (a silent server, a full disk) in `holds`.
+A worker is made from its `WorkerConfig` (every value it runs with, as one object) and its live parts.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import secrets
 import socket
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,6 +26,7 @@ from rq.serializers import JSONSerializer
 
 from pool_queue import lease as leases
 from pool_queue import prefix_cache, presence
+from pool_queue.errors import RedisGone, ServerMisconfigured
 from pool_queue.frames import DEFAULT_MAX_PIXELS
 from pool_queue.items import ItemSet
 from pool_queue.protocol import Protocol
@@ -34,10 +37,10 @@ from pool_queue.text import printable
 
 from . import upkeep
 from .chain import already_final, follow_up
-from .client import ServerMisconfigured, VLLMClient
+from .client import VLLMClient
 from .holds import Holds
 from .metrics import Metrics
-from .redis_link import RedisGone, RedisLink
+from .redis_link import RedisLink
 from .screen import Identity, Item, Screener, VideoSend
 from .slots import Slots
 from .upkeep import Counters
@@ -49,58 +52,65 @@ NOT_IN_TABLE = "item not in the item table (changed since it was enqueued?)"
 HOLD_PROBE_S = 2.0  # how often a held worker probes its server or its disk
 
 
+@dataclass(frozen=True, kw_only=True)
+class WorkerConfig:
+    """What a worker is configured with, made once from the settings and the command's flags
+    (`workers.main`): the values of its run, apart from the live parts it is given beside them."""
+
+    name: str  # unique: `unique_name`
+    server: str  # the vLLM base URL it feeds
+    steps: tuple[int, ...]  # the steps it takes jobs of
+    max_inflight: int  # forwards in flight to the server
+    frames_dir: Path
+    redis: str  # the Redis URL as messages say it (no password)
+    wait_redis_s: float  # how long an outage of Redis is waited out
+    timing: leases.Timing
+    silent_s: float  # Settings.silent_bound_s: one rule, kept there
+    burst: bool = False  # exit once the queues of its steps are empty
+    poll_s: float = 0.5  # how often an idle worker looks for a job
+    note_s: float = 60.0  # a wait that lasts says so this often
+    metrics_port: int | None = None  # serve /metrics here (0: any free port)
+    max_frame_pixels: int = DEFAULT_MAX_PIXELS
+    video_send: VideoSend = "adjacent"
+
+
 class Worker:
     def __init__(
         self,
+        config: WorkerConfig,
         *,
-        name: str,
-        server: str,
-        steps: list[int],
         protocol: Protocol,
         items: ItemSet,
         store: Store,
-        frames_dir: Path,
         screen: Screen,
-        link: RedisLink,
-        stop: Stop,
-        timing: leases.Timing,
         client: VLLMClient,
-        max_inflight: int,
-        silent_s: float,  # Settings.silent_bound_s: one rule, kept there
-        poll_s: float = 0.5,
-        metrics_port: int | None = None,
-        max_frame_pixels: int = DEFAULT_MAX_PIXELS,
-        video_send: VideoSend = "adjacent",
-        note_s: float = 60.0,
+        stop: Stop,
     ) -> None:
-        self.name = name
-        self.server = server
-        self.steps = steps
+        self.config = config
+        # what the background duties read (upkeep.Tended), from the configuration
+        self.name, self.server, self.steps = config.name, config.server, list(config.steps)
+        self.timing, self.silent_s, self.max_inflight = config.timing, config.silent_s, config.max_inflight
         self.protocol = protocol
         self.items = items
         self.by_id = items.by_id
         self.store = store
-        self.frames_dir = frames_dir
         self.screen = screen
         self.conn = screen.conn
-        self.link = link
-        self.timing = timing
+        self.link = RedisLink(config.redis, config.wait_redis_s, config.name, config.note_s,
+                              settle_s=3 * config.timing.heartbeat_s)  # fmt: skip
         self.client = client
-        self.max_inflight = max_inflight
-        self.silent_s = silent_s
-        self.poll_s = poll_s
-        self.queues = [screen.queue(s) for s in sorted(steps, reverse=True)]  # later steps first
-        self.all_queues = [screen.queue(s) for s in protocol.steps]
-        self.inflight = Slots(max_inflight)
-        spec = protocol.steps[steps[0]]
+        self.queues = [screen.queue(step) for step in sorted(config.steps, reverse=True)]  # later steps first
+        self.all_queues = [screen.queue(step) for step in protocol.steps]
+        self.inflight = Slots(config.max_inflight)
+        spec = protocol.steps[config.steps[0]]
         self.screener = Screener(
             protocol,
             client,
-            frames_dir,
-            Identity(protocol.fingerprint, spec.model, spec.revision, server, name),
+            config.frames_dir,
+            Identity(protocol.fingerprint, spec.model, spec.revision, config.server, config.name),
             self.inflight,
-            max_frame_pixels,
-            video_send,
+            config.max_frame_pixels,
+            config.video_send,
         )
         self.writers: dict[int, SegmentWriter] = {}
         self.active: dict[str, leases.Lease] = {}
@@ -108,22 +118,21 @@ class Worker:
         self.jobs_changed.set()
         self.runs: dict[str, asyncio.Task[None]] = {}  # job id -> its task
         self.reserved: dict[str, int] = {}  # job id -> its forwards counted in the backlog before its items start
-        self.holds = Holds(name, note_s)
+        self.holds = Holds(config.name, config.note_s)
         self.backlog = 0  # forwards of claimed jobs not yet answered (or found settled)
         # Store reads (re-checks, follow-ups) are Arrow work over a whole step's index: one at a time, on one
         # thread. A pool of threads ran dozens at once after a recovery, each with its own copy (3x the RSS).
-        self.reader = ThreadPoolExecutor(1, thread_name_prefix=f"{name[:10]}-store")
+        self.reader = ThreadPoolExecutor(1, thread_name_prefix=f"{config.name[:10]}-store")
         self.stop = stop
         stop.in_flight = lambda: len(self.runs)
         self.more = asyncio.Event()
         self.fatal: BaseException | None = None
         self.count = Counters()
         self.metrics = Metrics(lambda: self.screener.in_flight)
-        self.metrics_port = metrics_port
         self.metrics_url: str | None = None
         self.last_error: str | None = None
         self.rate = presence.RateWindow()
-        self.cache = prefix_cache.Meter.for_worker(store.root, name, server)
+        self.cache = prefix_cache.Meter.for_worker(store.root, config.name, config.server)
         self.engine = prefix_cache.EngineMeter()
         self.rq: RQWorker  # made in run(): its constructor already talks to Redis
 
@@ -137,8 +146,8 @@ class Worker:
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
-    async def run(self, burst: bool = False) -> int:
-        """Work until the stop (SIGTERM/SIGINT) or, with burst, until the queues are empty. Exit code."""
+    async def run(self) -> int:
+        """Work until the stop (SIGTERM/SIGINT) or, in a burst, until the queues are empty. Exit code."""
         try:
             self.rq = await self.link.call(self._rq_worker, stop=self.stop)
         except RedisGone as e:  # Redis not reached at start: a setting to fix (exit 2), not an outage to outlive
@@ -147,8 +156,8 @@ class Worker:
         except Stopped:
             log.info("%s: stopped while waiting for Redis at the start", self.name)
             return 0
-        if self.metrics_port is not None:
-            port = self.metrics.serve(self.metrics_port)
+        if self.config.metrics_port is not None:
+            port = self.metrics.serve(self.config.metrics_port)
             self.metrics_url = f"http://{socket.gethostname()}:{port}/metrics"
             log.info("%s: metrics on %s", self.name, self.metrics_url)
         await self.link.attempt(upkeep.beat, self)  # seen by pool-status at once, not one heartbeat later
@@ -159,7 +168,7 @@ class Worker:
                 self._hold_for_torn_tails()
                 told = await self._tell_holds(told)
                 if self.holds and not await self.holds.clear():
-                    if burst and not runs and await self._drained():
+                    if self.config.burst and not runs and await self._drained():
                         break
                     await _first(self.stop.event.wait(), asyncio.sleep(HOLD_PROBE_S))
                     continue
@@ -170,9 +179,9 @@ class Worker:
                     continue
                 lease = await self._claim()
                 if lease is None:
-                    if burst and not runs and await self._drained():
+                    if self.config.burst and not runs and await self._drained():
                         break
-                    await _first(self.stop.event.wait(), asyncio.sleep(self.poll_s))
+                    await _first(self.stop.event.wait(), asyncio.sleep(self.config.poll_s))
                     continue
                 self._start(lease)
             if runs:  # each job ends its own lease: acknowledged, failed or given back
@@ -310,7 +319,7 @@ class Worker:
             dumped = [r.model_dump(mode="json") for r in rows]
             await asyncio.to_thread(self._writer(step).write, dumped)  # on disk before the ack
             follow = await self._read(
-                follow_up, self.protocol, self.store, self.frames_dir, self._videos, step, rows, skip
+                follow_up, self.protocol, self.store, self.config.frames_dir, self._videos, step, rows, skip
             )
             await self.link.call(leases.finish, self.screen, lease, follow, self.protocol.next_step(step), self.rq)
             self.count.jobs += 1
@@ -405,7 +414,7 @@ class Worker:
 
 async def _first(*aws: object) -> None:
     """Wait until the first of several awaitables finishes; cancel the rest."""
-    tasks = [asyncio.ensure_future(a) for a in aws]  # type: ignore[call-overload]
+    tasks = [asyncio.ensure_future(aw) for aw in aws]  # type: ignore[call-overload]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:

@@ -15,12 +15,12 @@ from typing import Any, Literal
 
 import orjson
 
-from pool_queue.errors import ItemFailure
+from pool_queue.errors import ItemFailure, ServerMisconfigured
 from pool_queue.frames import DEFAULT_MAX_PIXELS, FrameEncoder, FrameError, find_frames
 from pool_queue.protocol import LETTERS, Forward, Protocol, image_part
 from pool_queue.rows import ErrorKind, ForwardRecord, Row
 
-from .client import Answer, BatchFailed, ServerMisconfigured, VLLMClient
+from .client import Answer, BatchFailed, VLLMClient
 from .slots import Slots
 
 log = logging.getLogger(__name__)
@@ -288,8 +288,8 @@ class Screener:
         n_total: int,
         started: float,
     ) -> Row:
-        failures = [a for a in answers if isinstance(a, BaseException)]
-        attempts = sum(a.attempts for a in answers if isinstance(a, Answer))
+        failures = [answer for answer in answers if isinstance(answer, BaseException)]
+        attempts = sum(answer.attempts for answer in answers if isinstance(answer, Answer))
         if failures:
             worst = next((f for f in failures if not isinstance(f, ItemFailure)), failures[0])
             if not isinstance(worst, ItemFailure):
@@ -297,9 +297,12 @@ class Screener:
             attempts += sum(getattr(f, "attempts", 1) for f in failures)
             more = {"attempts": attempts, "frame_indices": idx, "n_frames_total": n_total}
             return self.error_row(step, item, str(worst), worst.kind, started, **more)
-        oks = [a for a in answers if isinstance(a, Answer)]
+        oks = [answer for answer in answers if isinstance(answer, Answer)]
         n = len(item.options)
-        judged = [self.protocol.judge_forward(a.top, n, o.index(item.gold)) for o, a in zip(orders, oks, strict=True)]
+        judged = [
+            self.protocol.judge_forward(answer.top, n, order.index(item.gold))
+            for order, answer in zip(orders, oks, strict=True)
+        ]
         verdict = self.protocol.judge_item(step, orders, judged)
         return Row(
             item_id=item.item_id,
@@ -311,26 +314,26 @@ class Screener:
             started_at=started,
             attempts=attempts,
             **verdict.model_dump(),
-            forwards=[_record(o, a, f) for o, a, f in zip(orders, oks, judged, strict=True)],
+            forwards=[_record(*each) for each in zip(orders, oks, judged, strict=True)],
             frame_indices=idx,
             n_frames_total=n_total or None,
             finished_at=time.time(),
         )
 
 
-def _record(order: list[int], ans: Answer, f: Forward) -> ForwardRecord:
+def _record(order: list[int], answer: Answer, forward: Forward) -> ForwardRecord:
     """What a row keeps of one forward: the protocol's reading, with the raw top-k it was read from."""
     return ForwardRecord(
         order=order,
-        gold=LETTERS[f.gold],
-        logprobs={LETTERS[i]: v for i, v in enumerate(f.logprobs)},
-        floored=[LETTERS[i] for i, fl in enumerate(f.floored) if fl],
-        pred=LETTERS[f.pred],
-        margin=f.margin,
-        hit=f.hit,
-        top=ans.top,
-        prompt_tokens=ans.prompt_tokens,
-        attempts=ans.attempts,
-        latency_s=round(ans.latency_s, 4),
-        sent="batch" if ans.batch else "single",
+        gold=LETTERS[forward.gold],
+        logprobs={LETTERS[i]: v for i, v in enumerate(forward.logprobs)},
+        floored=[LETTERS[i] for i, fl in enumerate(forward.floored) if fl],
+        pred=LETTERS[forward.pred],
+        margin=forward.margin,
+        hit=forward.hit,
+        top=answer.top,
+        prompt_tokens=answer.prompt_tokens,
+        attempts=answer.attempts,
+        latency_s=round(answer.latency_s, 4),
+        sent="batch" if answer.batch else "single",
     )

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pool_queue.errors import ServerMisconfigured
 from pool_queue.protocol import Protocol
-
-from .client import ServerMisconfigured
 
 
 def _pinned(root: str, revision: str) -> bool:
@@ -32,6 +31,6 @@ def served_steps(protocol: Protocol, models: list[dict[str, Any]], allow_unpinne
     if problems:
         raise ServerMisconfigured("; ".join(problems) + " (serve the pinned snapshot, as pool-launch does)")
     if not steps:
-        want = sorted({s.served_name for s in protocol.steps.values()})
+        want = sorted({spec.served_name for spec in protocol.steps.values()})
         raise ServerMisconfigured(f"the server serves {sorted(by_name)}, none of the protocol's models {want}")
     return sorted(steps)

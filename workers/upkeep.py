@@ -130,9 +130,9 @@ async def watch_server(w: Tended) -> None:
     its jobs go back to the queue for other workers; this worker takes work again once /health answers."""
     while True:
         await asyncio.sleep(min(1.0, w.silent_s / 4))
-        quiet = w.client.silent_s()
-        if quiet > w.silent_s and w.active:
-            why = f"{w.server} answered no forward for {quiet:.0f} s (POOL_SERVER_SILENT_S {w.silent_s:.0f} s)"
+        quiet_s = w.client.silent_s()
+        if quiet_s > w.silent_s and w.active:
+            why = f"{w.server} answered no forward for {quiet_s:.0f} s (POOL_SERVER_SILENT_S {w.silent_s:.0f} s)"
             if w.holds.begin("server", why, f"{w.server} is back", w.client.healthy):
                 w.hand_back()
 
@@ -197,14 +197,14 @@ def snapshot(w: Tended) -> presence.WorkerSnapshot:
 
 def log_progress(w: Tended) -> None:
     c = w.count
-    dt = max(1e-9, time.monotonic() - c.started)
+    elapsed_s = max(1e-9, time.monotonic() - c.started)
     log.info(
         "%s: %d items (%.1f/s), %d forwards (%.1f/s), %d removed, %d errors, %d jobs, %d retries, outage %.0f s",
         w.name,
         c.items,
-        c.items / dt,
+        c.items / elapsed_s,
         c.forwards,
-        c.forwards / dt,
+        c.forwards / elapsed_s,
         c.removed,
         c.errors,
         c.jobs,

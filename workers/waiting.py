@@ -47,12 +47,12 @@ class Stop:
             log.info("%s: signal received: nothing in flight, stopping", self.who)
         self.event.set()
 
-    async def sleep(self, seconds: float) -> None:
+    async def sleep(self, wait_s: float) -> None:
         """Sleep, or raise Stopped as soon as the signal comes."""
         if self.event.is_set():
             raise Stopped
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.event.wait(), seconds)
+            await asyncio.wait_for(self.event.wait(), wait_s)
             raise Stopped
 
 

@@ -69,56 +69,57 @@ def build_parser() -> argparse.ArgumentParser:
 def options(argv: list[str]) -> str:
     """What a simulator started with these arguments serves, read by its own parser, so pool-launch reports the
     simulator's options rather than a vLLM's: the release it answers as, the batch endpoint, its processor cache."""
-    a, _ = build_parser().parse_known_args(argv)
-    d = dialect(a.vllm)
+    args, _ = build_parser().parse_known_args(argv)
+    d = dialect(args.vllm)
     batch = f"serves {BATCH_PATH}" if d.batch else f"no {BATCH_PATH} (vLLM {BATCH_SINCE} and later)"
-    return f"answers as vLLM {a.vllm}, {batch}, processor cache {a.mm_processor_cache_gb:g} GiB"
+    return f"answers as vLLM {args.vllm}, {batch}, processor cache {args.mm_processor_cache_gb:g} GiB"
 
 
 def main(argv: list[str] | None = None) -> None:
-    a = build_parser().parse_args(argv)
-    logging.basicConfig(filename=a.log, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(filename=args.log, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
-        prof = profile_of(a.model) if a.model else PROFILES[a.profile]
-        faults = FaultPlan(seed=a.fault_seed, rates=parse_rates(a.faults), schedule=parse_schedule(a.fault_schedule))
-        speaks = dialect(a.vllm)
+        prof = profile_of(args.model) if args.model else PROFILES[args.profile]
+        rates, schedule = parse_rates(args.faults), parse_schedule(args.fault_schedule)
+        faults = FaultPlan(seed=args.fault_seed, rates=rates, schedule=schedule)
+        speaks = dialect(args.vllm)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from e
     cfg = SimConfig(
         profile=prof,
-        served_name=a.served_model_name or prof.model,
-        max_num_seqs=a.max_num_seqs,
-        max_logprobs=a.max_logprobs,
-        max_images=int(a.limit_mm_per_prompt.get("image", 0)) if a.limit_mm_per_prompt else a.limit_images,
-        max_model_len=a.max_model_len,
-        api_key=a.api_key or os.environ.get("VLLM_API_KEY") or None,
-        warmup_s=a.warmup_s,
-        zero_latency=a.zero_latency,
-        speed=a.speed,
-        prefix_cache_tokens=a.prefix_cache_tokens,
-        mm_processor_cache_gb=a.mm_processor_cache_gb,
-        old_errors=a.old_errors,
+        served_name=args.served_model_name or prof.model,
+        max_num_seqs=args.max_num_seqs,
+        max_logprobs=args.max_logprobs,
+        max_images=int(args.limit_mm_per_prompt.get("image", 0)) if args.limit_mm_per_prompt else args.limit_images,
+        max_model_len=args.max_model_len,
+        api_key=args.api_key or os.environ.get("VLLM_API_KEY") or None,
+        warmup_s=args.warmup_s,
+        zero_latency=args.zero_latency,
+        speed=args.speed,
+        prefix_cache_tokens=args.prefix_cache_tokens,
+        mm_processor_cache_gb=args.mm_processor_cache_gb,
+        old_errors=args.old_errors,
         dialect=speaks,
-        exit_after=a.exit_after,
-        hang_s=a.hang_s,
+        exit_after=args.exit_after,
+        hang_s=args.hang_s,
         faults=faults,
     )
-    if a.startup_delay_s:
-        time.sleep(a.startup_delay_s)
+    if args.startup_delay_s:
+        time.sleep(args.startup_delay_s)
     server = SimServer(cfg)
-    server.engine_dead = a.engine_dead
+    server.engine_dead = args.engine_dead
     logging.info(
         "pool-sim %s serving %s on %s:%d (max_num_seqs=%d, zero_latency=%s, faults=%s)",
         prof.name,
         cfg.served_name,
-        a.host,
-        a.port,
+        args.host,
+        args.port,
         cfg.max_num_seqs,
         cfg.zero_latency,
-        a.faults or "none",
+        args.faults or "none",
     )
-    web.run_app(server.app(), host=a.host, port=a.port, access_log=None, print=None)
+    web.run_app(server.app(), host=args.host, port=args.port, access_log=None, print=None)
 
 
 if __name__ == "__main__":

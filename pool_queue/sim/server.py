@@ -27,7 +27,7 @@ from .mmcache import ProcessorCache
 from .model import Profile, answer
 
 CHAT = "/v1/chat/completions"
-STEP_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)  # vLLM's, for iteration tokens
+ITERATION_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)  # vLLM's, for iteration tokens
 
 
 @dataclass
@@ -60,25 +60,26 @@ class Stats:
     prefix_hits: int = 0
     success: int = 0
     requests: int = 0
-    running_seconds: float = 0.0  # integral of `running` over time: mean occupancy = d(this)/dt
+    running_s: float = 0.0  # integral of `running` over time: mean occupancy = d(this)/dt
     peak_running: int = 0  # the capacity model's own counts: a test checks them, not a wall-clock rate
     peak_waiting: int = 0
     # vLLM's `vllm:iteration_tokens_total` histogram. The capacity model runs sequences side by side, not in
-    # engine steps: each request's uncached prompt counts as one step of its own (max_tokens 1: no decode step).
-    steps: int = 0
-    step_tokens: int = 0
-    step_buckets: list[int] = field(default_factory=lambda: [0] * len(STEP_BUCKETS))
+    # engine iterations: each request's uncached prompt counts as one iteration of its own (max_tokens 1: no
+    # decode iteration). An iteration here is the engine's; a `step` elsewhere is one of the protocol's.
+    iterations: int = 0
+    iteration_tokens: int = 0
+    iteration_buckets: list[int] = field(default_factory=lambda: [0] * len(ITERATION_BUCKETS))
     _mark: float = field(default_factory=time.monotonic)
 
-    def step(self, tokens: int) -> None:
-        self.steps += 1
-        self.step_tokens += tokens
-        for i, le in enumerate(STEP_BUCKETS):
-            self.step_buckets[i] += tokens <= le
+    def iteration(self, tokens: int) -> None:
+        self.iterations += 1
+        self.iteration_tokens += tokens
+        for i, le in enumerate(ITERATION_BUCKETS):
+            self.iteration_buckets[i] += tokens <= le
 
     def tick(self) -> None:
         now = time.monotonic()
-        self.running_seconds += self.running * (now - self._mark)
+        self.running_s += self.running * (now - self._mark)
         self._mark = now
 
 
@@ -189,30 +190,31 @@ class SimServer:
         return web.json_response({"engine_dead": self.engine_dead, "mm_cache_items": len(self.mm_cache)})
 
     async def metrics(self, request: web.Request) -> web.Response:
-        s = self.stats
-        s.tick()
-        label = f'{{model_name="{self.cfg.served_name}"}}'
+        stats = self.stats
+        stats.tick()
+        name = self.cfg.served_name
+        label = f'{{model_name="{name}"}}'
         lines = [
-            f"vllm:num_requests_running{label} {s.running}",
-            f"vllm:num_requests_waiting{label} {s.waiting}",
-            f"vllm:prompt_tokens_total{label} {s.prompt_tokens}",
-            f"vllm:prefix_cache_queries_total{label} {s.prefix_queries}",
-            f"vllm:prefix_cache_hits_total{label} {s.prefix_hits}",
+            f"vllm:num_requests_running{label} {stats.running}",
+            f"vllm:num_requests_waiting{label} {stats.waiting}",
+            f"vllm:prompt_tokens_total{label} {stats.prompt_tokens}",
+            f"vllm:prefix_cache_queries_total{label} {stats.prefix_queries}",
+            f"vllm:prefix_cache_hits_total{label} {stats.prefix_hits}",
             f"vllm:mm_cache_queries_total{label} {self.mm_cache.queries}",
             f"vllm:mm_cache_hits_total{label} {self.mm_cache.hits}",
             f"vllm:kv_cache_usage_perc{label} {min(1.0, self._cached_tokens / self.cfg.prefix_cache_tokens):.6f}",
             *(
-                f'vllm:iteration_tokens_total_bucket{{le="{le}.0",model_name="{self.cfg.served_name}"}} {n}'
-                for le, n in zip(STEP_BUCKETS, s.step_buckets, strict=True)
+                f'vllm:iteration_tokens_total_bucket{{le="{le}.0",model_name="{name}"}} {n}'
+                for le, n in zip(ITERATION_BUCKETS, stats.iteration_buckets, strict=True)
             ),
-            f'vllm:iteration_tokens_total_bucket{{le="+Inf",model_name="{self.cfg.served_name}"}} {s.steps}',
-            f"vllm:iteration_tokens_total_count{label} {s.steps}",
-            f"vllm:iteration_tokens_total_sum{label} {s.step_tokens}",
-            f'vllm:request_success_total{{finished_reason="length",model_name="{self.cfg.served_name}"}} {s.success}',
-            f"pool_sim:requests_total{label} {s.requests}",
-            f"pool_sim:running_seconds_total{label} {s.running_seconds:.6f}",
-            f"pool_sim:running_peak{label} {s.peak_running}",
-            f"pool_sim:waiting_peak{label} {s.peak_waiting}",
+            f'vllm:iteration_tokens_total_bucket{{le="+Inf",model_name="{name}"}} {stats.iterations}',
+            f"vllm:iteration_tokens_total_count{label} {stats.iterations}",
+            f"vllm:iteration_tokens_total_sum{label} {stats.iteration_tokens}",
+            f'vllm:request_success_total{{finished_reason="length",model_name="{name}"}} {stats.success}',
+            f"pool_sim:requests_total{label} {stats.requests}",
+            f"pool_sim:running_seconds_total{label} {stats.running_s:.6f}",
+            f"pool_sim:running_peak{label} {stats.peak_running}",
+            f"pool_sim:waiting_peak{label} {stats.peak_waiting}",
         ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
@@ -293,11 +295,11 @@ class SimServer:
         cache when it schedules their prefill (`KVCacheManager.allocate_slots` caches the tokens it is about
         to compute) and the scheduler takes its waiting requests in order, so a sibling sent together with
         the first conversation (one batch, or requests side by side) skips the frames' prefill, and the
-        vision encoder through the encoder cache, but runs in the same engine step as that prefill or a
+        vision encoder through the encoder cache, but runs in the same engine iteration as that prefill or a
         later one: it pays its own tokens and waits for the prefill it reads."""
-        s = self.stats
-        s.prompt_tokens += p.prompt_tokens
-        s.prefix_queries += p.prompt_tokens
+        stats = self.stats
+        stats.prompt_tokens += p.prompt_tokens
+        stats.prefix_queries += p.prompt_tokens
         whole = hashlib.blake2b(p.image_key + p.text.split("\nA. ", 1)[0].encode(), digest_size=12).digest()
         prefixes = [(whole, p.prefix_tokens - p.image_tokens)]
         if p.image_key:
@@ -305,15 +307,15 @@ class SimServer:
         hit = {key: self._cached(key, tokens) for key, tokens in prefixes}
         seen_images = hit.get(p.image_key, False)
         if hit[whole]:
-            s.prefix_hits += p.prefix_tokens  # another order of the same item: frames and question
+            stats.prefix_hits += p.prefix_tokens  # another order of the same item: frames and question
         elif seen_images:
-            s.prefix_hits += p.image_tokens  # another item of the same video: its frames
+            stats.prefix_hits += p.image_tokens  # another item of the same video: its frames
         # a cached image prefix skips the vision encoder and its prefill; the text profiles were
         # calibrated on runs whose option orders already shared their question
         cost_tokens = p.prompt_tokens - (p.image_tokens if seen_images else 0)
-        s.step(cost_tokens)
+        stats.iteration(cost_tokens)
         if self.cfg.zero_latency:
-            s.success += 1
+            stats.success += 1
             return
         reads = [e for key, h in hit.items() if h and (e := self._computing.get(key)) is not None]
         done = asyncio.Event()
@@ -322,7 +324,7 @@ class SimServer:
             self._computing[key] = done
         try:
             await self._occupy(cost_tokens)
-            s.success += 1
+            stats.success += 1
         finally:
             done.set()
             for key in mine:
@@ -333,22 +335,22 @@ class SimServer:
 
     async def _occupy(self, cost_tokens: int) -> None:
         """A running sequence: one of `max_num_seqs` slots for as long as its tokens take."""
-        s = self.stats
+        stats = self.stats
         prof = self.cfg.profile
-        busy = (prof.base_latency_s + cost_tokens * self.cfg.max_num_seqs / prof.tokens_per_s) / self.cfg.speed
-        s.waiting += 1
+        busy_s = (prof.base_latency_s + cost_tokens * self.cfg.max_num_seqs / prof.tokens_per_s) / self.cfg.speed
+        stats.waiting += 1
         if self._slots.locked():  # it waits for a slot
-            s.peak_waiting = max(s.peak_waiting, s.waiting)
+            stats.peak_waiting = max(stats.peak_waiting, stats.waiting)
         async with self._slots:
-            s.waiting -= 1
-            s.tick()
-            s.running += 1
-            s.peak_running = max(s.peak_running, s.running)
+            stats.waiting -= 1
+            stats.tick()
+            stats.running += 1
+            stats.peak_running = max(stats.peak_running, stats.running)
             try:
-                await asyncio.sleep(busy)
+                await asyncio.sleep(busy_s)
             finally:
-                s.tick()
-                s.running -= 1
+                stats.tick()
+                stats.running -= 1
 
     def _cached(self, key: bytes, tokens: int) -> bool:
         """Seen recently; now it is. Least recently used prefixes go first, as vLLM evicts its KV blocks."""

@@ -34,11 +34,11 @@ def command(*faults: str) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), *faults]
 
 
-def skew_clock(seconds: float) -> None:
+def skew_clock(skew_s: float) -> None:
     real_time, real_stamp = time.time, rq.utils.current_timestamp
-    time.time = lambda: real_time() + seconds
+    time.time = lambda: real_time() + skew_s
     for mod in (rq.registry, rq.executions):
-        mod.current_timestamp = lambda: real_stamp() + int(seconds)  # type: ignore[attr-defined]
+        mod.current_timestamp = lambda: real_stamp() + int(skew_s)  # type: ignore[attr-defined]
 
 
 def fail_items(ids: frozenset[str]) -> None:
@@ -64,10 +64,10 @@ def run(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__)
     p.add_argument("--clock-skew-s", type=float, default=0.0)
     p.add_argument("--fault-items", default="", help="comma-separated item ids")
-    a, rest = p.parse_known_args(argv)
-    if a.clock_skew_s:
-        skew_clock(a.clock_skew_s)
-    if ids := frozenset(x.strip() for x in a.fault_items.split(",") if x.strip()):
+    args, rest = p.parse_known_args(argv)
+    if args.clock_skew_s:
+        skew_clock(args.clock_skew_s)
+    if ids := frozenset(x.strip() for x in args.fault_items.split(",") if x.strip()):
         fail_items(ids)
     main(rest)
 

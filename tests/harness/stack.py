@@ -123,7 +123,7 @@ class Stack:
         return self.conn.llen(self.screen.queue(step).key)
 
     def queued(self) -> int:
-        return sum(self.waiting(s) for s in (1, 2, 3))
+        return sum(self.waiting(step) for step in (1, 2, 3))
 
 
 def cli(stack: Stack, *argv: str) -> subprocess.CompletedProcess[str]:

@@ -11,9 +11,10 @@ import httpx
 import orjson
 import pytest
 
+from pool_queue.errors import ForwardError, RetriesExhausted, ServerUnreachable
 from pool_queue.procs import Procs, free_port, wait_health
 from pool_queue.protocol import Protocol
-from workers.client import ForwardError, RetriesExhausted, ServerUnreachable, VLLMClient
+from workers.client import VLLMClient
 from workers.transport import SlimTransport
 from workers.waiting import Stop
 
@@ -63,8 +64,8 @@ def test_slim_transport_answers_times_out_and_maps_errors(sims: dict[str, str]) 
 def test_client_retries_transient_and_stops_on_permanent(sims: dict[str, str]) -> None:
     async def go() -> None:
         c = VLLMClient(sims["flaky"], max_attempts=4, backoff_s=0.01)
-        a = await c.forward(BODY)  # requests 1-2 get 503, the third answers
-        assert a.attempts == 3 and len(a.top) == 20 and c.retries == 2
+        answer = await c.forward(BODY)  # requests 1-2 get 503, the third answers
+        assert answer.attempts == 3 and len(answer.top) == 20 and c.retries == 2
         with pytest.raises(ForwardError, match="no logprobs"):  # request 4: permanent at once
             await c.forward(BODY)
         await c.aclose()
@@ -95,9 +96,9 @@ def test_an_outage_is_waited_out_and_charges_no_attempt(procs: Procs) -> None:
             assert not sent.done() and not c.up
             starting = time.monotonic()  # the outage ends after this, once the server answers
             procs.sim("late", port, "--zero-latency")
-            a = await asyncio.wait_for(sent, 60)
+            answer = await asyncio.wait_for(sent, 60)
             # the outage is timed whole: it spans what the test saw down (an order of events, not a bound)
-            assert a.attempts == 1 and c.retries == 0 and c.up and c.outage_s >= starting - seen_down
+            assert answer.attempts == 1 and c.retries == 0 and c.up and c.outage_s >= starting - seen_down
 
     asyncio.run(go())
 

@@ -15,9 +15,9 @@ ITEM = {"item_id": "m-1", "n_options": 4, "gold": 2, "benchmark": "B", "video_id
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
     return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
         for fam in text_string_to_metric_families(text)
-        for s in fam.samples
+        for sample in fam.samples
     }
 
 

@@ -209,8 +209,8 @@ def test_fault_rates_are_reproducible(procs):
         procs.stop("sim-fr")
         return codes
 
-    a, b = run(), run()
-    assert a == b and 5 <= a.count(500) <= 20
+    first, again = run(), run()
+    assert first == again and 5 <= first.count(500) <= 20
 
 
 def test_exit_after_warmup_and_engine_dead(procs):
@@ -358,9 +358,9 @@ def test_batch_answers_as_each_conversation_alone(batching):
     assert r.status_code == 200, r.text
     j = r.json()
     assert [c["index"] for c in j["choices"]] == [0, 1, 2]
-    assert [top20(c) for c in j["choices"]] == [top20(a.json()["choices"][0]) for a in alone]
+    assert [top20(c) for c in j["choices"]] == [top20(one.json()["choices"][0]) for one in alone]
     assert len(top20(j["choices"][0])["top_logprobs"]) == 20
-    assert j["usage"]["prompt_tokens"] == sum(a.json()["usage"]["prompt_tokens"] for a in alone)
+    assert j["usage"]["prompt_tokens"] == sum(one.json()["usage"]["prompt_tokens"] for one in alone)
     assert j["usage"]["completion_tokens"] == 3
     assert metric(batching, "vllm:mm_cache_hits_total") - hits == 2 * 2  # the siblings' frames, from the cache
     # text alone (step 1's option orders) in one batch: the same answers as one request each

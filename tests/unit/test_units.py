@@ -14,7 +14,17 @@ from craft import P, items_of, row, write
 from redis import Redis
 
 from pool_queue.cli import reports_errors
-from pool_queue.errors import InputError, ItemFailure, PoolError, SetupError
+from pool_queue.errors import (
+    ForwardError,
+    InputError,
+    ItemFailure,
+    PoolError,
+    RedisGone,
+    RetriesExhausted,
+    ServerMisconfigured,
+    ServerUnreachable,
+    SetupError,
+)
 from pool_queue.frames import frame_videos, prepare_jpeg
 from pool_queue.items import ItemsError, load_items
 from pool_queue.plan import eligible, next_step_ids
@@ -22,8 +32,6 @@ from pool_queue.presence import HoldNews, RateWindow, WorkerSnapshot, publish
 from pool_queue.protocol import ProtocolError
 from pool_queue.store import Store, StoreError
 from pool_queue.synth import SynthConfig, generate
-from workers.client import ForwardError, RetriesExhausted, ServerMisconfigured, ServerUnreachable
-from workers.redis_link import RedisGone
 
 
 def _rows(*spec: tuple[str, str, str, bool | None]) -> pa.Table:
