@@ -1,4 +1,4 @@
-"""Shared fixtures: a synthetic package root (made once per session) and a real redis-server."""
+"""Shared fixtures: a synthetic package root and a real redis-server (each made once per session)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from redis import Redis
 from stack import Stack, make_screen
 
 from pool_queue.procs import Procs, free_port, interrupt_on_stop_signals
@@ -62,10 +63,26 @@ def stack(pool_root: Path, procs: Procs) -> Stack:
     return Stack(pool_root, procs, aof=True)
 
 
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One real redis-server for the session (one per xdist worker): starting one per test cost more than
+    many of the tests that use it. Stopped at the end of the run, or by a stop signal, saying so."""
+    with Procs(tmp_path_factory.mktemp("session-redis") / "logs") as p:
+        yield p.redis(free_port(), p.log_dir.parent / "redis")
+        if STOPPED_BY:
+            p.say_stopping(STOPPED_BY[0])
+
+
 @pytest.fixture()
-def redis_url(procs: Procs, tmp_path: Path) -> str:
-    """A real redis-server of the test's own (random port, temp dir)."""
-    return procs.redis(free_port(), tmp_path / "redis")
+def redis_url(redis_server: str) -> str:
+    """The session's redis-server, emptied for this test and with its memory limit off (a test may set
+    one). A test that kills, restarts or protects its Redis starts its own (`procs.redis`, `stack`)."""
+    conn = Redis.from_url(redis_server)
+    conn.flushall()
+    conn.config_set("maxmemory", 0)
+    conn.config_set("maxmemory-policy", "noeviction")
+    conn.close()
+    return redis_server
 
 
 @pytest.fixture()

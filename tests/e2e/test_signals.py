@@ -222,11 +222,12 @@ def test_sighup_sigterm_and_sigkill_stop_a_launch_and_all_it_started_and_a_rerun
 
 def test_sigterm_to_a_test_run_stops_what_its_fixtures_started(tmp_path):
     """The harness (tests/conftest.py) as a test run uses it: SIGTERM to pytest mid-test tears the fixtures
-    down as Ctrl-C does, with the one line, and leaves nothing running."""
+    down as Ctrl-C does, with the one line, and leaves nothing running (the session's Redis too)."""
     tests = Path(__file__).resolve().parents[1]
     (tmp_path / "test_holds.py").write_text(
-        "import time\nfrom pool_queue.procs import free_port\n\n\ndef test_holds(procs, redis_url):\n"
-        "    procs.sim('sim-a', free_port())\n    print('READY', flush=True)\n    time.sleep(600)\n"
+        "import time\nfrom pool_queue.procs import free_port\n\n\ndef test_holds(procs, redis_url, tmp_path):\n"
+        "    procs.redis(free_port(), tmp_path / 'redis')\n    procs.sim('sim-a', free_port())\n"
+        "    print('READY', flush=True)\n    time.sleep(600)\n"
     )
     path = os.pathsep.join(map(str, (tests, tests / "harness", tests.parent)))
     argv = [sys.executable, "-m", "pytest", "-s", "-q", "-p", "conftest", "-p", "no:cacheprovider", "test_holds.py"]
