@@ -120,6 +120,7 @@ def test_the_table_lists_every_console_script():
 
 
 @pytest.mark.parametrize("command", sorted(command_rows()))
+@pytest.mark.slow
 def test_every_flag_in_the_table_is_in_the_commands_help(command):
     shown = help_flags(command)
     for flag in re.findall(r"--[a-z][a-z-]*", command_rows()[command]):
@@ -137,6 +138,7 @@ def test_the_pages_show_commands_and_links_to_check():
 
 
 @pytest.mark.parametrize(("where", "line"), shell_lines(), ids=[w for w, _ in shell_lines()])
+@pytest.mark.slow
 def test_every_pool_command_in_a_bash_block_names_only_flags_its_help_shows(where, line):
     for command, words in invocations(line):
         assert command in SCRIPTS, f"{where}: {command} is no console script of pyproject.toml"

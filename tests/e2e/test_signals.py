@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from ports import port0
 from redis import Redis
 from reference import expected
@@ -31,6 +32,8 @@ from test_deploy import launched
 from pool_queue.guard import members, start_time
 from pool_queue.protocol import Protocol
 from pool_queue.store import Store
+
+pytestmark = pytest.mark.slow  # demos and launches stopped by signals
 
 P = Protocol()
 Groups = list[tuple[int, int]]
