@@ -41,6 +41,25 @@ def pool_root(small_root: Path, tmp_path: Path) -> Iterator[Path]:
     yield root
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """`--dist loadgroup` keeps the Docker tests on one worker and the Slurm test on one (their xdist_group)
+    only where pytest-xdist can add the group to a test's id; pytest 9.2 stops it (xdist 3.8), and the
+    groups would then be spread over the workers, sharing one engine and one cluster at once."""
+    if hasattr(config, "workerinput") or config.getoption("dist", "no") != "loadgroup":
+        return
+    import xdist
+
+    def version(text: str) -> tuple[int, ...]:
+        return tuple(int(part) for part in text.split(".")[:2] if part.isdigit())
+
+    if version(pytest.__version__) >= (9, 2) and version(xdist.__version__) <= (3, 8):
+        raise pytest.UsageError(
+            f"--dist loadgroup does not group tests on pytest {pytest.__version__} with pytest-xdist "
+            f"{xdist.__version__}: install the dev extra's pytest (pip install -e '.[dev]'), or run without "
+            "xdist (make ... XDIST=)"
+        )
+
+
 def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
     """Called before the teardown that a stop signal (Ctrl-C, SIGTERM, SIGHUP) leads to."""
     STOPPED_BY.append(str(excinfo.value) or "Ctrl-C")
