@@ -30,6 +30,7 @@ def sims(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
         for u in (ok, hang, flaky):
             wait_health(u, 20)
         yield {"ok": ok, "hang": hang, "flaky": flaky}
+        procs.stop("hang", timeout=0.1)  # a request it still holds (--hang-s 30) would keep it 5 s from ending
 
 
 def post(url: str, **extensions: object) -> httpx.Request:

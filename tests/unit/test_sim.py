@@ -199,6 +199,7 @@ def test_transport_faults(procs):
     with pytest.raises(ValueError):
         r.json()
     assert post(url, body()).json()["choices"][0]["logprobs"] is None
+    procs.stop("sim-ft", timeout=0.1)  # the request it still holds (--hang-s 30) would keep it 5 s from ending
 
 
 @pytest.mark.slow
