@@ -21,9 +21,10 @@ RQ_OLDEST := rq==2.12.0
 RQ_VENV := .venv-rq-oldest
 RQ_STAMP := $(RQ_VENV)/.installed
 
-# pytest-xdist: one worker per core; the Docker tests and the Slurm tests each keep to one worker (their
-# xdist_group). `make test XDIST=` runs in one process, `XDIST='-n 4'` on four workers.
-XDIST ?= -n auto --dist loadgroup
+# pytest-xdist: one worker per logical core (`-n auto` counts physical ones where psutil is installed: one on a
+# 2-vCPU runner); the Docker tests and the Slurm tests each keep to one worker (their xdist_group).
+# `make test XDIST=` runs in one process, `XDIST='-n 4'` on four workers.
+XDIST ?= -n logical --dist loadgroup
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)

@@ -181,11 +181,11 @@ def test_make_test_runs_what_needs_no_vllm_before_it_builds_the_vllm_environment
         assert quick < build < first(f"{venvs[k]}/bin/pip install") and "GiB" in out[build], out[build]
     tests = [line for line in out if "bin/pytest -q" in line]
     assert [t.split("pytest -q ")[-1] for t in tests] == [
-        "-m 'not vllm' -n auto --dist loadgroup",  # spread over the cores; Docker's and Slurm's tests on one each
+        "-m 'not vllm' -n logical --dist loadgroup",  # spread over the cores; Docker's and Slurm's tests on one each
         "-m vllm",
         "-m vllm",
         "tests/unit/test_lease.py tests/e2e/test_recovery.py \\",
     ]
     busy = "tests/e2e/test_status_view.py::test_rq_shows_a_worker_busy_while_it_holds_jobs_and_idle_once_it_holds_none"
     after = [line.strip() for line in out[out.index(tests[-1]) + 1 :][:2]]
-    assert after == [f"{busy} \\", "-n auto --dist loadgroup"]  # RQ's view of a worker, on the oldest RQ too
+    assert after == [f"{busy} \\", "-n logical --dist loadgroup"]  # RQ's view of a worker, on the oldest RQ too
