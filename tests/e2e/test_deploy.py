@@ -562,7 +562,7 @@ def test_launcher_explains_a_server_that_fails_to_start(pool_root, tmp_path, red
         (snap / "config.json").write_text("{}")
         refs = snap.parent.parent / "refs"
         refs.mkdir(exist_ok=True)
-    env = {**os.environ, "POOL_ROOT": str(pool_root), "VLLM": str(fake), "HF_HOME": str(hub),
+    env = {**os.environ, "POOL_ROOT": str(pool_root), "VLLM": str(fake), "HF_HOME": str(hub), "PORT0": str(port0()),
            "CUDA_VISIBLE_DEVICES": "0", "HF_HUB_OFFLINE": "1", "REDIS_URL": redis_url}  # fmt: skip
     out = subprocess.run(
         [sys.executable, "-m", "pool_queue.commands.launch", "--step", "1", "--health-timeout", "30"],
