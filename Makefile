@@ -1,5 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the whole screen on an embedded default) and `make test`;
-# `make test-quick` (ruff and the unit tests, a few minutes) for contributors.
+# `make test-quick` (ruff and every test not marked slow, about a minute) for contributors.
+# docs/testing.md describes the tiers and the markers.
 PY ?= python3
 # pip ignores Ctrl-C: it runs in the background of a shell that turns an interrupt (or a TERM) into SIGTERM
 # for it, so a Ctrl-C stops a build at once.
@@ -19,6 +20,11 @@ RQ_RANGE := rq>=2.12,<4
 RQ_OLDEST := rq==2.12.0
 RQ_VENV := .venv-rq-oldest
 RQ_STAMP := $(RQ_VENV)/.installed
+
+# pytest-xdist: one worker per logical core (`-n auto` counts physical ones where psutil is installed: one on a
+# 2-vCPU runner); the Docker tests and the Slurm tests each keep to one worker (their xdist_group).
+# `make test XDIST=` runs in one process, `XDIST='-n 4'` on four workers.
+XDIST ?= -n logical --dist loadgroup
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -68,21 +74,23 @@ demo: $(STAMP)
 
 # Fast feedback first: ruff and every test that needs no vLLM environment; then the vLLM environments are built
 # (each says what and how big) and the real-vLLM tests run (`-m vllm`), on the newest vLLM, then again on vLLM
-# 0.11.0; last the RQ tests again on the oldest RQ. Every test runs once, as before.
+# 0.11.0; last the RQ tests again on the oldest RQ. Every test runs once, as before, spread over the cores.
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest -q -m 'not vllm'
+	$(VENV)/bin/pytest -q -m 'not vllm' $(XDIST)
 	$(MAKE) --no-print-directory test-vllm
 	$(MAKE) --no-print-directory test-vllm VLLM=oldest
 	$(MAKE) --no-print-directory $(RQ_STAMP)
 	$(RQ_VENV)/bin/python -c 'import rq; print("again on rq", rq.__version__)'
 	$(RQ_VENV)/bin/pytest -q tests/unit/test_lease.py tests/e2e/test_recovery.py \
-		tests/e2e/test_status_view.py::test_rq_shows_a_worker_busy_while_it_holds_jobs_and_idle_once_it_holds_none
+		tests/e2e/test_status_view.py::test_rq_shows_a_worker_busy_while_it_holds_jobs_and_idle_once_it_holds_none \
+		$(XDIST)
 
-# ruff and the unit tests, a few minutes: what a contributor runs before each commit.
+# ruff and every test not marked slow (nor vllm), over the whole tree, about a minute: what a contributor runs
+# before each commit. The slow ones (process trees, waits, commands run as processes) run in `make test`.
 test-quick: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest -q tests/unit
+	$(VENV)/bin/pytest -q -m 'not slow and not vllm' $(XDIST)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

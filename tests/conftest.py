@@ -1,4 +1,4 @@
-"""Shared fixtures: a synthetic package root (made once per session) and a real redis-server."""
+"""Shared fixtures: a synthetic package root and a real redis-server (each made once per session)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from redis import Redis
 from stack import Stack, make_screen
 
 from pool_queue.procs import Procs, free_port, interrupt_on_stop_signals
@@ -40,6 +41,25 @@ def pool_root(small_root: Path, tmp_path: Path) -> Iterator[Path]:
     yield root
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """`--dist loadgroup` keeps the Docker tests on one worker and the Slurm test on one (their xdist_group)
+    only where pytest-xdist can add the group to a test's id; pytest 9.2 stops it (xdist 3.8), and the
+    groups would then be spread over the workers, sharing one engine and one cluster at once."""
+    if hasattr(config, "workerinput") or config.getoption("dist", "no") != "loadgroup":
+        return
+    import xdist
+
+    def version(text: str) -> tuple[int, ...]:
+        return tuple(int(part) for part in text.split(".")[:2] if part.isdigit())
+
+    if version(pytest.__version__) >= (9, 2) and version(xdist.__version__) <= (3, 8):
+        raise pytest.UsageError(
+            f"--dist loadgroup does not group tests on pytest {pytest.__version__} with pytest-xdist "
+            f"{xdist.__version__}: install the dev extra's pytest (pip install -e '.[dev]'), or run without "
+            "xdist (make ... XDIST=)"
+        )
+
+
 def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
     """Called before the teardown that a stop signal (Ctrl-C, SIGTERM, SIGHUP) leads to."""
     STOPPED_BY.append(str(excinfo.value) or "Ctrl-C")
@@ -62,10 +82,26 @@ def stack(pool_root: Path, procs: Procs) -> Stack:
     return Stack(pool_root, procs, aof=True)
 
 
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One real redis-server for the session (one per xdist worker): starting one per test cost more than
+    many of the tests that use it. Stopped at the end of the run, or by a stop signal, saying so."""
+    with Procs(tmp_path_factory.mktemp("session-redis") / "logs") as p:
+        yield p.redis(free_port(), p.log_dir.parent / "redis")
+        if STOPPED_BY:
+            p.say_stopping(STOPPED_BY[0])
+
+
 @pytest.fixture()
-def redis_url(procs: Procs, tmp_path: Path) -> str:
-    """A real redis-server of the test's own (random port, temp dir)."""
-    return procs.redis(free_port(), tmp_path / "redis")
+def redis_url(redis_server: str) -> str:
+    """The session's redis-server, emptied for this test and with its memory limit off (a test may set
+    one). A test that kills, restarts or protects its Redis starts its own (`procs.redis`, `stack`)."""
+    conn = Redis.from_url(redis_server)
+    conn.flushall()
+    conn.config_set("maxmemory", 0)
+    conn.config_set("maxmemory-policy", "noeviction")
+    conn.close()
+    return redis_server
 
 
 @pytest.fixture()

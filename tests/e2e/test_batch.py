@@ -18,6 +18,8 @@ from workers.client import VLLMClient
 from workers.screen import MISS_STREAK, Identity, Item, Screener
 from workers.slots import Slots
 
+pytestmark = pytest.mark.slow  # simulators and worker processes
+
 P = Protocol()
 OPTIONS = ["a dog runs", "a cat sleeps", "it rains", "a car stops"]
 

@@ -35,6 +35,7 @@ def _run(*argv: str) -> str:
     return subprocess.run([sys.executable, *argv], check=True, capture_output=True, text=True, timeout=300).stdout
 
 
+@pytest.mark.slow
 def test_ceiling_only_run_writes_its_numbers(sims: list[str], tmp_path: Path) -> None:
     out = tmp_path / "t.jsonl"
     _run(str(BENCH / "throughput.py"), "--step", "3", "--server", sims[0], "--items", "0", "--ceiling-items", "6",
@@ -46,6 +47,7 @@ def test_ceiling_only_run_writes_its_numbers(sims: list[str], tmp_path: Path) ->
     assert rec["ceiling"]["tok_s"] > rec["ceiling"]["fwd_s"] > 0
 
 
+@pytest.mark.slow
 def test_system_run_next_to_the_ceiling(sims: list[str], tmp_path: Path) -> None:
     out = tmp_path / "t.jsonl"
     text = _run(str(BENCH / "throughput.py"), "--sim", "--step", "1", "--items", "30", "--ceiling-items", "8",
@@ -57,6 +59,7 @@ def test_system_run_next_to_the_ceiling(sims: list[str], tmp_path: Path) -> None
     assert "pool-queue" in text and "plain client" in text
 
 
+@pytest.mark.slow
 def test_same_numbers_tells_equal_servers_from_different_ones(sims: list[str], tmp_path: Path) -> None:
     root = str(tmp_path / "root")
     same = _run(str(BENCH / "same_numbers.py"), "--step", "3", "--a", sims[0], "--b", sims[1], "--n", "4",
@@ -68,6 +71,7 @@ def test_same_numbers_tells_equal_servers_from_different_ones(sims: list[str], t
     assert cells[0] == "4" and cells[1] == "0" and float(cells[4]) > 0
 
 
+@pytest.mark.slow
 def test_profile_summary_counts_per_process_and_thread(tmp_path: Path) -> None:
     raw = (
         'process 10:"vllm serve";process 12:"VLLM::EngineCore";thread (12): MainThread;step (core.py:1);'
@@ -86,6 +90,7 @@ def test_profile_summary_counts_per_process_and_thread(tmp_path: Path) -> None:
     assert ["execute", "(runner.py:2)", "30", "75", "75"] in rows and ["step", "(core.py:1)", "10", "25", "100"] in rows
 
 
+@pytest.mark.slow
 def test_serve_prints_the_launchers_argv_with_the_extra_arguments() -> None:
     out = _run(str(BENCH / "serve.py"), "3", "--port", "8123", "--model-path", "/m", "--dry-run", "--",
                "--load-format", "dummy", "--mm-tensor-ipc", "torch_shm")  # fmt: skip
@@ -94,6 +99,7 @@ def test_serve_prints_the_launchers_argv_with_the_extra_arguments() -> None:
     assert shlex.split(out) == ["OMP_NUM_THREADS=1", *want, "--load-format", "dummy", "--mm-tensor-ipc", "torch_shm"]
 
 
+@pytest.mark.slow
 def test_batch_pipe_screens_every_item_both_ways_in_every_cell(tmp_path: Path) -> None:
     """The batches-against-one-request-per-forward table (docs/scale.md): one row per in-flight bound and items
     per video, both shapes screening every item without an error. Its rates are read by people, not here."""
@@ -148,6 +154,7 @@ def test_gpu_run_refuses_bad_words_in_one_line_before_it_starts_anything(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_vllm_sampler_writes_one_line_a_sample_without_a_gpu(tmp_path: Path) -> None:
     out = tmp_path / "samples.txt"
     _run(str(BENCH / "vllm_sampler.py"), str(out), "--count", "3", "--interval", "0.01")
@@ -177,6 +184,7 @@ def _export(work: Path, run: str, t0: float, step3_top: str) -> None:
     (work / run / "samples.txt").write_text("\n".join(samples) + "\n")
 
 
+@pytest.mark.slow
 def test_batch_summary_puts_runs_side_by_side_and_compares_their_top20(tmp_path: Path) -> None:
     work, results = tmp_path / "work", tmp_path / "results"
     _export(work, "off", 1000.0, "A")
@@ -208,12 +216,14 @@ def _table(text: str, header: str) -> list[list[str]]:
     return rows
 
 
+@pytest.mark.slow
 def test_load_items_counts_what_it_generated(tmp_path: Path) -> None:
     (row,) = _table(_run(str(BENCH / "load_items.py"), "--items", "200"), "items read")
     read, valid, rejected = (int(c) for c in row[:3])
     assert valid == 200 and read == valid + rejected and rejected > 0  # the synthetic table's bad rows
 
 
+@pytest.mark.slow
 def test_redis_memory_counts_jobs_per_step() -> None:
     rows = _table(_run(str(BENCH / "redis_memory.py"), "--items", "300"), "jobs of")
     assert [r[0] for r in rows] == ["step 1", "step 2", "step 3", "all steps"]
@@ -221,6 +231,7 @@ def test_redis_memory_counts_jobs_per_step() -> None:
     assert int(rows[3][2]) == sum(int(r[2]) for r in rows[:3]) and int(rows[2][1]) <= int(rows[1][1]) <= 300
 
 
+@pytest.mark.slow
 def test_store_enqueue_times_every_data_path_once() -> None:
     rows = _table(_run(str(BENCH / "store_enqueue.py"), "--items", "300"), "operation")
     ops = {r[0]: r[1] for r in rows}
@@ -229,18 +240,21 @@ def test_store_enqueue_times_every_data_path_once() -> None:
     assert len(rows) == 10
 
 
+@pytest.mark.slow
 def test_http_paths_measures_every_path_against_aiohttp() -> None:
     rows = _table(_run(str(BENCH / "http_paths.py"), "--requests", "20", "--inflight", "4", "--rounds", "1"), "path")
     assert len(rows) == 5 and rows[-1][0] == "aiohttp directly (floor)" and rows[-1][2] == "1.00"
     assert "pool-worker's client (workers.client)" in [r[0] for r in rows]
 
 
+@pytest.mark.slow
 def test_sim_throughput_counts_requests_from_each_client() -> None:
     (row,) = _table(_run(str(BENCH / "sim_throughput.py"), "--clients", "1", "--seconds", "1", "--inflight", "4"),
                     "clients")  # fmt: skip
     assert row[:2] == ["1", "4"] and int(row[2].replace(",", "")) > 0
 
 
+@pytest.mark.slow
 def test_step3_cpu_reads_a_profile_as_parts(tmp_path: Path) -> None:
     raw = (
         'process 10:"VLLM::APIServer_0";thread (10): MainThread;_b64decode (base64.py:1) 6\n'

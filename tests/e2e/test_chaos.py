@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from chaos_run import KINDS, Config, run_chaos
+
+pytestmark = pytest.mark.slow  # the seeded fault run: Redis, simulators, workers, killed and restarted
 
 
 def test_a_screen_survives_seeded_faults_and_lands_exactly(tmp_path: Path) -> None:

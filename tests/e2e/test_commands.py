@@ -44,6 +44,7 @@ SCRIPTS = [
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.slow
 def test_every_command_has_help(script):
     bindir = Path(sys.executable).parent
     out = subprocess.run([str(bindir / script), "--help"], capture_output=True, text=True, timeout=60)
@@ -82,6 +83,7 @@ def test_a_root_decides_its_store_unless_the_results_are_named_as_explicitly(mon
     assert load_settings(root=a, results=tmp_path / "x").results_dir == tmp_path / "x"  # both flags
 
 
+@pytest.mark.slow
 def test_demo_runs_the_whole_screen(tmp_path, monkeypatch):
     """As a new user: the demo says where its Redis is and which commands work; afterwards the bare
     commands in that folder that read the results find the demo; its items/s are the report's."""
@@ -161,6 +163,7 @@ def test_demo_runs_the_whole_screen(tmp_path, monkeypatch):
     assert f"| {duration(rep.wall_s)} |" in report and f" {duration(rep.wall_s)} " in summary  # one format
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_step_3_then_the_demo_again_ends_with_every_step_complete(tmp_path):
     """Ctrl-C stops everything cleanly; `pool-demo` again resumes (its Redis kept an append-only file, and
     every step with work is enqueued) and ends with every step complete and the reference's verdicts."""
@@ -207,6 +210,7 @@ def test_ctrl_c_during_step_3_then_the_demo_again_ends_with_every_step_complete(
     assert all(f"STEP={s} REMAINING_TOTAL=0" in status.stdout for s in (1, 2, 3)), status.stdout
 
 
+@pytest.mark.slow
 def test_one_demo_per_root_and_after_fresh_the_fresh_run_is_the_one_resumed(tmp_path):
     """A second `pool-demo` on a root is refused in one line naming the running one. `--fresh` moves the older
     results, report and queue aside (said in one line); the next `pool-demo` resumes the fresh run, on a queue
@@ -270,6 +274,7 @@ def test_one_demo_per_root_and_after_fresh_the_fresh_run_is_the_one_resumed(tmp_
         ("redis://127.0.0.1:6379/abc", "must be a number"),
     ],
 )
+@pytest.mark.slow
 def test_a_malformed_redis_url_is_one_line_and_exit_2(tmp_path, url, says):
     """One line, naming the setting as its user gave it: the flag, or the variable that was set."""
     status = [str(Path(sys.executable).parent / "pool-status"), "--root", str(tmp_path)]
@@ -281,6 +286,7 @@ def test_a_malformed_redis_url_is_one_line_and_exit_2(tmp_path, url, says):
         assert out.returncode == 2 and out.stderr.startswith(f"error: setting {var}: {url!r}"), out.stderr
 
 
+@pytest.mark.slow
 def test_a_root_that_does_not_exist_is_refused_and_nothing_is_written(tmp_path):
     bin_ = Path(sys.executable).parent
     missing = tmp_path / "nope"
@@ -332,11 +338,13 @@ def _one_error_line(out: subprocess.CompletedProcess[str]) -> str:
 
 
 @pytest.mark.parametrize("url", ["127.0.0.1:8001", "ftp://127.0.0.1:8001", "http://127.0.0.1:99999", "http://:8001"])
+@pytest.mark.slow
 def test_a_server_url_that_cannot_be_right_fails_at_once(pool_root, url):
     out = _worker(pool_root, "--server", url)
     assert "--server" in _one_error_line(out) and url in out.stderr
 
 
+@pytest.mark.slow
 def test_a_server_that_never_answers_is_waited_for_then_named(pool_root):
     port = free_port()
     out = _worker(pool_root, "--server", f"http://127.0.0.1:{port}", "--burst", "--wait-server", "2")
@@ -346,6 +354,7 @@ def test_a_server_that_never_answers_is_waited_for_then_named(pool_root):
     assert not (pool_root / "results" / "pool" / "PROTOCOL.json").exists()  # nothing written
 
 
+@pytest.mark.slow
 def test_burst_caps_the_server_wait_at_30_s(pool_root):
     argv = [str(Path(sys.executable).parent / "pool-worker"), "--root", str(pool_root), "--burst",
             "--server", f"http://127.0.0.1:{free_port()}"]  # fmt: skip
@@ -356,6 +365,7 @@ def test_burst_caps_the_server_wait_at_30_s(pool_root):
     assert "waiting up to 30 s for the vLLM server" in first, first
 
 
+@pytest.mark.slow
 def test_a_burst_worker_with_nothing_queued_says_so(procs, pool_root, tmp_path):
     redis = procs.redis(free_port(), tmp_path / "redis")
     sim = procs.sim("sim", free_port(), "--profile", "qwen3-vl-8b", "--zero-latency")
@@ -365,6 +375,7 @@ def test_a_burst_worker_with_nothing_queued_says_so(procs, pool_root, tmp_path):
     assert "burst: nothing queued for step(s) 1,2 (pool-enqueue --step N puts work there); exiting" in out.stderr
 
 
+@pytest.mark.slow
 def test_a_redis_port_given_as_the_server_fails_at_once(procs, pool_root, tmp_path):
     port = free_port()
     procs.redis(port, tmp_path / "redis")
@@ -372,6 +383,7 @@ def test_a_redis_port_given_as_the_server_fails_at_once(procs, pool_root, tmp_pa
     assert "does not answer HTTP" in _one_error_line(out)
 
 
+@pytest.mark.slow
 def test_redis_down_at_start_is_waited_for_then_named(procs, pool_root, tmp_path):
     url = procs.sim("sim", free_port(), "--profile", "qwen3-vl-8b")
     wait_health(url, 20)
@@ -381,6 +393,7 @@ def test_redis_down_at_start_is_waited_for_then_named(procs, pool_root, tmp_path
     assert "127.0.0.1" in line and "did not answer for 2 s" in line and "--wait-redis" in line, line
 
 
+@pytest.mark.slow
 def test_commands_run_from_inside_the_package_root_find_it(pool_root):
     """One rule everywhere (run_remote.sh is run from inside the root): the current folder when it holds
     items/, else ./pool."""
@@ -392,6 +405,7 @@ def test_commands_run_from_inside_the_package_root_find_it(pool_root):
     assert load_settings().root == Path("pool")  # here (the checkout) there is no items/
 
 
+@pytest.mark.slow
 def test_rq_info_reaches_the_pools_redis_as_the_pool_commands_do(procs, tmp_path):
     """`rq info -c pool_queue.rq_config` in a new shell: the URL and password from the environment, else from
     `.env` (which rq itself never reads); the password never on a command line; a bad URL is one line naming the

@@ -11,11 +11,14 @@ import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from rq.job import Job
 from rq.serializers import JSONSerializer
 from stack import Stack, cli, expected
 
 from pool_queue.queue import JOB_FUNC, ChunkJob
+
+pytestmark = pytest.mark.slow  # Redis, simulators and workers over an older release's data
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "compat-665f234"
 

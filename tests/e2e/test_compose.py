@@ -34,7 +34,7 @@ from pool_queue.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
 P = Protocol()
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.xdist_group("docker")]  # one engine: one xdist worker
 COMPOSE = Path(sys.executable).parent.parent / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
 COMPOSE = COMPOSE / "site-packages" / "compose" / "docker-compose"
 

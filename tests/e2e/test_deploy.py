@@ -135,6 +135,7 @@ def test_compose_redis_tools_and_profiles(compose):
     assert "node:8001" in scraped and "node:8101" in scraped  # PORT0's server and its worker's metrics
 
 
+@pytest.mark.slow
 def test_compose_redis_command_runs_with_aof_and_password(procs, compose, tmp_path):
     """The Redis service's own command line, run here against the real redis-server."""
     sh = compose["services"]["redis"]["command"]
@@ -204,6 +205,7 @@ def test_split_plans_and_fixed_arguments():
     assert plan_phases(s, P, 1, None, ["0"], shares)[0][0].util is None  # --step: the GPU to itself
 
 
+@pytest.mark.slow
 def test_run_remote_screens_a_pool_with_simulated_servers(pool_root, redis_url):
     env = {
         **os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "2",
@@ -237,6 +239,7 @@ def test_run_remote_without_the_venv_says_what_to_do(pool_root, tmp_path):
     assert "cannot import pool_queue" in out.stderr and "source .venv/bin/activate" in out.stderr
 
 
+@pytest.mark.slow
 def test_one_command_screens_every_step_on_one_gpu_and_a_step_launch_says_what_waits(pool_root, redis_url):
     """`pool-launch --burst` alone: the 8B for steps 1-2, then the 2B for step 3, on the one GPU; every
     step complete and the reference's verdicts. `--step 1` alone leaves step 3 waiting and says so; the whole
@@ -271,6 +274,7 @@ def test_one_command_screens_every_step_on_one_gpu_and_a_step_launch_says_what_w
         assert {k: (r["status"], r["removed"]) for k, r in got.items()} == {k: ("ok", v[0]) for k, v in items.items()}
 
 
+@pytest.mark.slow
 def test_a_simulated_launch_names_the_simulators_options_and_what_its_workers_send(pool_root, redis_url):
     """`pool-launch --sim` names the simulator's options (the release it answers as, the batch endpoint, its
     processor cache: its own arguments, read by its own parser), never a vLLM's; once a server is healthy, what
@@ -303,6 +307,7 @@ def test_a_simulated_launch_names_the_simulators_options_and_what_its_workers_se
     assert st["results"] == str(pool_root / "results" / "pool") and st["screen"] and not st["redis_error"], st
 
 
+@pytest.mark.slow
 def test_one_gpu_that_holds_both_models_serves_them_at_once(pool_root, redis_url):
     """`pool-launch --burst` on one GPU with room for both models' best batches (a simulated H200): one phase,
     both servers on their shares, the 8B's workers at work while the 2B starts (each server takes 5 s to
@@ -351,6 +356,7 @@ def test_one_gpu_that_holds_both_models_serves_them_at_once(pool_root, redis_url
         assert {k: (r["status"], r["removed"]) for k, r in got.items()} == {k: ("ok", v[0]) for k, v in items.items()}
 
 
+@pytest.mark.slow
 def test_a_launcher_started_while_redis_is_down_waits_for_it_and_a_wrong_password_is_named_at_once(
     pool_root, procs, tmp_path
 ):
@@ -379,6 +385,7 @@ def test_a_launcher_started_while_redis_is_down_waits_for_it_and_a_wrong_passwor
         done.stderr[-2000:])  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_launcher_follows_the_redis_address_file_until_its_redis_answers(pool_root, procs, tmp_path):
     """A Slurm node job started before the Redis job wrote its address, then given a stale one (a Redis that
     moved): pool-launch says what it waits for, once per cause and again every POOL_WAIT_NOTE_S while it lasts
@@ -417,6 +424,7 @@ def test_a_launcher_follows_the_redis_address_file_until_its_redis_answers(pool_
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.slow
 def test_a_launcher_waiting_for_redis_ends_on_the_first_signal(pool_root, tmp_path, sig):
     """Nothing has started while pool-launch waits for Redis: one signal ends it, with a line, exit 0."""
     env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0", "NGPU": "1",
@@ -436,6 +444,7 @@ def test_a_launcher_waiting_for_redis_ends_on_the_first_signal(pool_root, tmp_pa
     assert last == "pool-launch: signal received while waiting for Redis: nothing started, stopping", text
 
 
+@pytest.mark.slow
 def test_one_launcher_per_host_root_and_port0_and_a_taken_port_is_named_before_any_start(pool_root, redis_url):
     """A second launcher on the same root and PORT0 is refused in one line naming the running one; one with
     another PORT0 (a second node job on the node) joins and screens; a port taken by another program (here a
@@ -470,6 +479,7 @@ def test_one_launcher_per_host_root_and_port0_and_a_taken_port_is_named_before_a
     assert out.stdout == "" and not list((pool_root / "logs").glob(f"*{taken}*"))
 
 
+@pytest.mark.slow
 def test_a_simulated_launch_with_no_redis_starts_its_own_and_a_named_one_is_waited_for_as_a_burst_worker_waits(
     pool_root,
 ):
@@ -494,6 +504,7 @@ def test_a_simulated_launch_with_no_redis_starts_its_own_and_a_named_one_is_wait
     assert gone.stderr.strip().splitlines()[-1].endswith("gave up after 30 s (POOL_WAIT_REDIS_S)"), gone.stderr
 
 
+@pytest.mark.slow
 def test_launcher_restarts_a_worker_killed_mid_screen(pool_root, redis_url):
     base = port0()
     env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": redis_url, "NGPU": "1", "PORT0": str(base),
@@ -517,6 +528,7 @@ def test_launcher_restarts_a_worker_killed_mid_screen(pool_root, redis_url):
     assert "REMAINING_TOTAL=0" in out and store.winners(1).num_rows == 240
 
 
+@pytest.mark.slow
 def test_a_launch_stopped_while_its_servers_start_leaves_none_behind(pool_root, redis_url):
     """SIGTERM while one GPU's servers come up one after the other (each takes 3 s here): the launch ends,
     the started server is stopped and the next one is never started."""
@@ -535,6 +547,7 @@ def test_a_launch_stopped_while_its_servers_start_leaves_none_behind(pool_root, 
     assert mine.stdout == b"", "a simulated server outlived its launch"
 
 
+@pytest.mark.slow
 def test_launcher_explains_a_server_that_fails_to_start(pool_root, tmp_path, redis_url):
     fake = tmp_path / "vllm"
     fake.write_text(
@@ -549,7 +562,7 @@ def test_launcher_explains_a_server_that_fails_to_start(pool_root, tmp_path, red
         (snap / "config.json").write_text("{}")
         refs = snap.parent.parent / "refs"
         refs.mkdir(exist_ok=True)
-    env = {**os.environ, "POOL_ROOT": str(pool_root), "VLLM": str(fake), "HF_HOME": str(hub),
+    env = {**os.environ, "POOL_ROOT": str(pool_root), "VLLM": str(fake), "HF_HOME": str(hub), "PORT0": str(port0()),
            "CUDA_VISIBLE_DEVICES": "0", "HF_HUB_OFFLINE": "1", "REDIS_URL": redis_url}  # fmt: skip
     out = subprocess.run(
         [sys.executable, "-m", "pool_queue.commands.launch", "--step", "1", "--health-timeout", "30"],
@@ -659,6 +672,7 @@ def test_the_flags_probe_runs_once_per_installed_vllm_and_servers_keep_their_com
 
 
 @pytest.mark.vllm
+@pytest.mark.slow
 def test_the_real_vllm_knows_every_option(monkeypatch, tmp_path):
     py = vllm_python()
     for k, v in vllm_server_env(tmp_path).items():  # the test vLLM's shim
@@ -672,6 +686,7 @@ def test_the_real_vllm_knows_every_option(monkeypatch, tmp_path):
 
 
 @pytest.mark.vllm
+@pytest.mark.slow
 def test_pool_launch_screens_a_small_pool_on_real_vllm_servers(tmp_path, procs):
     """`pool-launch --burst` alone with real vLLM servers (the CPU build, the tiny models laid out as the hub
     cache): its flag probe, its argv, the hand-over from the 8B to the 2B on one "GPU", every step complete,
@@ -732,6 +747,7 @@ def test_the_servers_image_limit_follows_the_protocol(tmp_path):
     ],
 )
 @pytest.mark.parametrize("plan_only", [False, True])
+@pytest.mark.slow
 def test_a_bad_flag_is_refused_the_same_with_or_without_plan_only(pool_root, args, want, plan_only):
     """Checked before any plan: one line, exit 2, and nothing enqueued or started (no Redis is even named)."""
     env = {**os.environ, "POOL_ROOT": str(pool_root), "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0", "NGPU": "4"}
@@ -742,6 +758,7 @@ def test_a_bad_flag_is_refused_the_same_with_or_without_plan_only(pool_root, arg
     assert out.stdout == "" and sorted(pool_root.rglob("*")) == before
 
 
+@pytest.mark.slow
 def test_a_gpu_too_small_for_the_8b_is_refused_before_any_server_and_a_small_one_is_warned_about(pool_root, redis_url):
     """24 GiB at GPU_UTIL 0.85 leave the 8B no KV cache: one line naming the memory, the weights and what is
     left, exit 2, no server started. 16 GiB hold the 2B with a small KV cache: a warning, and step 3 runs."""

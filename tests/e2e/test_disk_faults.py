@@ -32,6 +32,8 @@ import pytest
 from ports import port0
 from stack import FAST, Stack, cli, expected, running
 
+pytestmark = pytest.mark.slow  # a stack: Redis, simulators, workers
+
 BIN = Path(sys.executable).parent
 CUT_DELAY_US = 15_000_000  # the refused cut-back is held this long: time to see the torn tail and shut the disk
 

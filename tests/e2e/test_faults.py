@@ -16,7 +16,10 @@ from pathlib import Path
 
 import orjson
 import pyarrow.compute as pc
+import pytest
 from stack import FAST, Stack, cli, expected, running
+
+pytestmark = pytest.mark.slow  # a stack: Redis, simulators, workers
 
 # request timeout 2 s: a server that answers no forward for 2 x 2 s has its worker's jobs moved
 SILENT = {**FAST, "POOL_REQUEST_TIMEOUT_S": "2"}

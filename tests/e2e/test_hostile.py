@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from hostile import add_hostile
 from rq.registry import FailedJobRegistry
 from stack import FAST, P, Stack
@@ -18,6 +19,8 @@ from stack import FAST, P, Stack
 from pool_queue.items import load_items
 from pool_queue.plan import eligible
 from pool_queue.synth import SynthConfig, generate
+
+pytestmark = pytest.mark.slow  # a whole screen of a hostile pool, then every command
 
 STEPS = sorted(P.steps)
 

@@ -19,6 +19,8 @@ from pool_queue.pack import SYNTHETIC, pack_name
 from pool_queue.protocol import Protocol
 from pool_queue.shards import read_manifest
 
+pytestmark = pytest.mark.slow  # several commands each against a local hub
+
 TOKEN = "hf_s3cretTOKENvalue"
 
 

@@ -11,11 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from craft import items_of, row, write
 from ports import port0
 from redis import Redis
 
 from pool_queue.synth import SynthConfig, generate
+
+pytestmark = pytest.mark.slow  # several commands each, launches among them
 
 BIN = Path(sys.executable).parent
 
@@ -130,7 +133,6 @@ def test_audit_complete_fails_on_a_screen_that_skipped_videos_that_are_not_k(
     line = one_line(run("pool-enqueue", "--step", "all", "--redis-url", redis_url, *flags))
     videos = len({it["video_id"] for it in never})
     assert f"does not exist: {len(never)} items of {videos} videos that are not `k:`" in line, line
-
     # a screen whose frame cache was gone from the start: steps 2-3 had nothing eligible and "completed"
     gone = tmp_path / "gone"
     shutil.copytree(small_root, gone, symlinks=True)

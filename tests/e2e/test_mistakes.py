@@ -14,6 +14,8 @@ import pytest
 
 from pool_queue.procs import Procs, free_port, wait_health
 
+pytestmark = pytest.mark.slow  # a screened stack, then several commands
+
 BIN = Path(sys.executable).parent
 
 

@@ -98,6 +98,7 @@ def grouped_root(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(("send", "grouped"), [("adjacent", True), ("serial", True), ("adjacent", False)])
+@pytest.mark.slow
 def test_three_items_per_video_hit_the_prefix_cache(procs, grouped_root, tmp_path, send, grouped):
     """Step 3 (32 frames) on a pool of 3 items per video, chunks of 4 items, a server cache of ~10 prompts:
     grouped by video, the hit rate nears the ideal 2/3 of the tokens; in random order the cache forgets."""
@@ -125,6 +126,7 @@ def test_three_items_per_video_hit_the_prefix_cache(procs, grouped_root, tmp_pat
     assert st[3]["prefix_cache_hit_rate"] == pytest.approx(rate)
 
 
+@pytest.mark.slow
 def test_pool_status_shows_what_the_servers_metrics_say_about_its_engine(procs, grouped_root):
     """A simulated server that runs 4 sequences at once, its worker keeping 16 in flight: pool-status --json
     shows, from the server's own /metrics as the worker last read them, 4 requests running and the rest

@@ -120,6 +120,7 @@ def test_the_table_lists_every_console_script():
 
 
 @pytest.mark.parametrize("command", sorted(command_rows()))
+@pytest.mark.slow
 def test_every_flag_in_the_table_is_in_the_commands_help(command):
     shown = help_flags(command)
     for flag in re.findall(r"--[a-z][a-z-]*", command_rows()[command]):
@@ -137,6 +138,7 @@ def test_the_pages_show_commands_and_links_to_check():
 
 
 @pytest.mark.parametrize(("where", "line"), shell_lines(), ids=[w for w, _ in shell_lines()])
+@pytest.mark.slow
 def test_every_pool_command_in_a_bash_block_names_only_flags_its_help_shows(where, line):
     for command, words in invocations(line):
         assert command in SCRIPTS, f"{where}: {command} is no console script of pyproject.toml"
@@ -179,10 +181,11 @@ def test_make_test_runs_what_needs_no_vllm_before_it_builds_the_vllm_environment
         assert quick < build < first(f"{venvs[k]}/bin/pip install") and "GiB" in out[build], out[build]
     tests = [line for line in out if "bin/pytest -q" in line]
     assert [t.split("pytest -q ")[-1] for t in tests] == [
-        "-m 'not vllm'",
+        "-m 'not vllm' -n logical --dist loadgroup",  # spread over the cores; Docker's and Slurm's tests on one each
         "-m vllm",
         "-m vllm",
         "tests/unit/test_lease.py tests/e2e/test_recovery.py \\",
     ]
     busy = "tests/e2e/test_status_view.py::test_rq_shows_a_worker_busy_while_it_holds_jobs_and_idle_once_it_holds_none"
-    assert out[out.index(tests[-1]) + 1].strip() == busy  # RQ's view of a worker, on the oldest RQ too
+    after = [line.strip() for line in out[out.index(tests[-1]) + 1 :][:2]]
+    assert after == [f"{busy} \\", "-n logical --dist loadgroup"]  # RQ's view of a worker, on the oldest RQ too

@@ -27,7 +27,7 @@ from workers.client import BATCH_PATH, VLLMClient
 from workers.screen import Identity, Item, Screener
 from workers.slots import Slots
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -15,12 +15,15 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from rq.job import Job
 from stack import FAST, Stack, cli, expected, running
 
 from pool_queue import presence
 from pool_queue.queue import ChunkJob
 from pool_queue.supervise import Supervisor
+
+pytestmark = pytest.mark.slow  # a stack under compressed time, or a supervisor's restarts with backoff
 
 LEASE_S, RESCUE_S = int(FAST["POOL_LEASE_S"]), float(FAST["POOL_RESCUE_S"])
 

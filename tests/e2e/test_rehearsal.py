@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from reference import expected
 from rehearsal_run import Config, proc_sample, run_rehearsal
 
@@ -20,6 +21,7 @@ from pool_queue.protocol import Protocol
 from pool_queue.store import Store
 
 
+@pytest.mark.slow
 def test_a_small_rehearsal_runs_every_stage_and_lands_exactly(tmp_path: Path) -> None:
     rep = run_rehearsal(Config(items=3000, flush_at=0.3, kill_at=0.5, status_every_s=1.0), tmp_path)
     assert set(rep.stages) == {"synth", "enqueue", "status", "recovery", "screen", "report", "audit", "export", "pack"}

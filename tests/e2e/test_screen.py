@@ -11,6 +11,8 @@ from pool_queue.commands import enqueue
 from pool_queue.items import load_items
 from pool_queue.queue import cuts
 
+pytestmark = pytest.mark.slow  # a stack: Redis, simulators, workers
+
 
 def assert_matches_direct(stack: Stack) -> None:
     want = expected(stack.root)

@@ -22,6 +22,8 @@ from pool_queue.protocol import Protocol
 from pool_queue.settings import DEMO_ENV_MARK
 from pool_queue.store import Store
 
+pytestmark = pytest.mark.slow  # the real commands, one or more per test
+
 BIN = Path(sys.executable).parent
 ROOT_FLAGS = ("--root", "pool")  # a root that does not exist: nothing may make it
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from ports import port0
 from redis import Redis
 from reference import expected
@@ -31,6 +32,8 @@ from test_deploy import launched
 from pool_queue.guard import members, start_time
 from pool_queue.protocol import Protocol
 from pool_queue.store import Store
+
+pytestmark = pytest.mark.slow  # demos and launches stopped by signals
 
 P = Protocol()
 Groups = list[tuple[int, int]]
@@ -222,11 +225,12 @@ def test_sighup_sigterm_and_sigkill_stop_a_launch_and_all_it_started_and_a_rerun
 
 def test_sigterm_to_a_test_run_stops_what_its_fixtures_started(tmp_path):
     """The harness (tests/conftest.py) as a test run uses it: SIGTERM to pytest mid-test tears the fixtures
-    down as Ctrl-C does, with the one line, and leaves nothing running."""
+    down as Ctrl-C does, with the one line, and leaves nothing running (the session's Redis too)."""
     tests = Path(__file__).resolve().parents[1]
     (tmp_path / "test_holds.py").write_text(
-        "import time\nfrom pool_queue.procs import free_port\n\n\ndef test_holds(procs, redis_url):\n"
-        "    procs.sim('sim-a', free_port())\n    print('READY', flush=True)\n    time.sleep(600)\n"
+        "import time\nfrom pool_queue.procs import free_port\n\n\ndef test_holds(procs, redis_url, tmp_path):\n"
+        "    procs.redis(free_port(), tmp_path / 'redis')\n    procs.sim('sim-a', free_port())\n"
+        "    print('READY', flush=True)\n    time.sleep(600)\n"
     )
     path = os.pathsep.join(map(str, (tests, tests / "harness", tests.parent)))
     argv = [sys.executable, "-m", "pytest", "-s", "-q", "-p", "conftest", "-p", "no:cacheprovider", "test_holds.py"]

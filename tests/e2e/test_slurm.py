@@ -24,7 +24,7 @@ SLURM = REPO / "deploy" / "slurm"
 P = Protocol()
 SMALL = ("--cpus-per-task=1", "--mem=1G")  # the scripts ask for a GPU node's share; this node is small
 NODE = ("--gres=gpu:1", "--cpus-per-gpu=1", "--mem=1G")  # a node job's GPU, and less than its 16 cores per GPU
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slurm")]  # one cluster: one xdist worker
 
 
 def _final(root: Path, step: int) -> int:

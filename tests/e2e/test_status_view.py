@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import orjson
+import pytest
 from craft import items_of, row, write
 from rich.console import Console
 from rq import Worker
@@ -85,6 +86,7 @@ def test_plain_lines_say_everything_on_one_line_per_step():
                              "mm cache 50%")  # fmt: skip
 
 
+@pytest.mark.slow
 def test_watch_into_a_pipe_prints_a_line_per_step_and_refresh(pool_root):
     argv = [str(Path(sys.executable).parent / "pool-status"), "--root", str(pool_root), "--watch", "0.5",
             "--no-health", "--redis-url", "redis://127.0.0.1:9/0"]  # fmt: skip
@@ -96,6 +98,7 @@ def test_watch_into_a_pipe_prints_a_line_per_step_and_refresh(pool_root):
     assert [line.split(" ", 2)[1:2] for line in got] == refresh * 2 and "step 3:" in got[6], got
 
 
+@pytest.mark.slow
 def test_a_worker_shows_up_at_once_not_one_heartbeat_later(stack, pool_root, tmp_path):
     """The demo's step-3 worker appeared ~14 s after the others: presence waited for the first heartbeat."""
     url = stack.sim("sim2", "qwen3-vl-2b")
@@ -120,6 +123,7 @@ def test_with_no_live_worker_the_eta_says_so_instead_of_counting_down():
     assert max(len(line) for line in text.splitlines()) <= 80 and "step 3: work left and no workers, so no ETA" in text
 
 
+@pytest.mark.slow
 def test_rq_shows_a_worker_busy_while_it_holds_jobs_and_idle_once_it_holds_none(stack):
     """RQ's view of our worker (`rq info`, rq-dashboard: `Worker.all()`) follows its jobs, not its heartbeats:
     busy, naming a current job, from the claim of its first job; idle once its last one ended. Both before its
@@ -149,6 +153,7 @@ def test_rq_shows_a_worker_busy_while_it_holds_jobs_and_idle_once_it_holds_none(
     assert re.search(rf"^w\.\S+ \(.*\): idle .*jobs: {len(jobs)} finished, 0 failed", after, re.M), after
 
 
+@pytest.mark.slow
 def test_status_names_the_window_of_each_rate_and_agrees_with_the_report(pool_root, redis_url, tmp_path):
     """A step that worked 100 s, paused ~13 min, then worked again 51 s: its rate over the last 5 minutes
     (pauses included, the ETA's) and its rate while working (pool-report's items/s) differ, and pool-status says
@@ -181,6 +186,7 @@ def test_status_names_the_window_of_each_rate_and_agrees_with_the_report(pool_ro
     assert f"/s over 5m, {working[1]}/s while working, ETA " in first, first  # no worker: no 5-minute rate
 
 
+@pytest.mark.slow
 def test_a_worker_that_redis_lost_is_listed_by_rq_again(stack):
     """Redis flushed under a busy worker: its next heartbeat registers it again, whole, however its jobs end
     meanwhile (the state it shows never stands in for the worker RQ lists)."""

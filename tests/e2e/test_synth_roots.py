@@ -12,9 +12,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from pool_queue.pack import SYNTHETIC
 from pool_queue.shards import MANIFEST, verify
 from pool_queue.synth import PARTIAL, SynthConfig, build_root, generate
+
+pytestmark = pytest.mark.slow  # pool-synth and pool-demo runs, some stopped by Ctrl-C
 
 BIN = Path(sys.executable).parent
 

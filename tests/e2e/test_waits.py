@@ -23,6 +23,8 @@ import pytest
 
 from pool_queue.procs import Procs, free_port, wait_health
 
+pytestmark = pytest.mark.slow  # workers, simulators and commands that wait, or are stopped while they wait
+
 BIN = Path(sys.executable).parent
 PATIENCE_S = 120.0  # a test timeout only: how long a line or an exit may take on a busy 2-core box
 

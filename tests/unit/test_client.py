@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 
 import httpx
 import orjson
@@ -32,6 +31,7 @@ def sims(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
         for u in (ok, hang, flaky):
             wait_health(u, 20)
         yield {"ok": ok, "hang": hang, "flaky": flaky}
+        procs.stop("hang", timeout=0.1)  # a request it still holds (--hang-s 30) would keep it 5 s from ending
 
 
 def post(url: str, **extensions: object) -> httpx.Request:
@@ -77,6 +77,7 @@ def test_client_retries_transient_and_stops_on_permanent(sims: dict[str, str]) -
     asyncio.run(go())
 
 
+@pytest.mark.slow
 def test_an_outage_is_waited_out_and_charges_no_attempt(procs: Procs) -> None:
     """Nothing listens at first: the forward waits on /health instead of spending its attempts, and
     goes through once a server comes up on that port."""
@@ -103,8 +104,8 @@ def test_an_outage_is_waited_out_and_charges_no_attempt(procs: Procs) -> None:
     asyncio.run(go())
 
 
-def test_a_port_that_does_not_speak_http_fails_at_once(procs: Procs, tmp_path: Path) -> None:
-    url = procs.redis(free_port(), tmp_path / "redis").replace("redis://", "http://")
+def test_a_port_that_does_not_speak_http_fails_at_once(redis_url: str) -> None:
+    url = redis_url.replace("redis://", "http://")  # a Redis port, asked for HTTP
 
     async def go() -> None:
         async with VLLMClient(url) as c:

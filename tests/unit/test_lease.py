@@ -87,6 +87,7 @@ def test_a_finished_job_back_on_its_queue_is_passed_over(screen: Screen) -> None
     assert q.pending == [] and held.job.get_status(refresh=True) == JobStatus.FINISHED
 
 
+@pytest.mark.slow
 def test_a_rescued_job_is_never_also_acknowledged(screen: Screen) -> None:
     screen.enqueue_chunks(1, IDS[:5], 5)
     held = take(screen, lease_s=1)
@@ -102,6 +103,7 @@ def test_a_rescued_job_is_never_also_acknowledged(screen: Screen) -> None:
     assert len(screen.snapshot([2])[2].waiting) == 1  # the follow-up exists once
 
 
+@pytest.mark.slow
 def test_heartbeats_keep_a_job_past_its_lease(screen: Screen) -> None:
     screen.enqueue_chunks(1, IDS[:5], 5)
     held = take(screen, lease_s=2)
@@ -208,6 +210,7 @@ def test_putting_back_an_id_a_live_worker_is_starting_runs_the_job_once(
 
 
 @pytest.mark.parametrize("skew_s", [-120, 120])
+@pytest.mark.slow
 def test_a_node_whose_clock_is_minutes_off_holds_leases_on_redis_time(
     screen: Screen, monkeypatch: pytest.MonkeyPatch, skew_s: int
 ) -> None:

@@ -170,6 +170,7 @@ def test_every_rule_field_changes_the_fingerprint():
         ("{not json", "(file)"),
     ],
 )  # fmt: skip
+@pytest.mark.slow
 def test_a_broken_protocol_file_is_one_line_naming_the_key(tmp_path, text, says):
     f = tmp_path / "proto.json"
     f.write_text(text)

@@ -98,6 +98,7 @@ def test_audit_warns_on_repeated_rows_that_agree(pool_root):
     assert a.warnings[0].examples == (items[1]["item_id"],)
 
 
+@pytest.mark.slow
 def test_status_metrics_report_audit_on_a_half_finished_run(stack, pool_root, tmp_path):
     server = stack.sim("sim", "qwen3-vl-8b", "--speed", "0.4")
     stack.enqueue(1, chunk_size=8)

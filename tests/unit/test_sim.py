@@ -170,6 +170,7 @@ def test_images_raise_accuracy_and_position_bias(small_root):
 
 
 @pytest.mark.parametrize("kind", ["500", "503", "429"])
+@pytest.mark.slow
 def test_status_faults(procs, kind):
     url = procs.sim(f"sim-f{kind}", free_port(), "--zero-latency", "--fault-schedule", f"2:{kind}")
     wait_health(url, 20)
@@ -178,6 +179,7 @@ def test_status_faults(procs, kind):
     assert post(url, body()).status_code == 200
 
 
+@pytest.mark.slow
 def test_transport_faults(procs):
     url = procs.sim(
         "sim-ft",
@@ -197,8 +199,10 @@ def test_transport_faults(procs):
     with pytest.raises(ValueError):
         r.json()
     assert post(url, body()).json()["choices"][0]["logprobs"] is None
+    procs.stop("sim-ft", timeout=0.1)  # the request it still holds (--hang-s 30) would keep it 5 s from ending
 
 
+@pytest.mark.slow
 def test_fault_rates_are_reproducible(procs):
     def run():
         url = procs.sim("sim-fr", free_port(), "--zero-latency", "--faults", "500:0.3", "--fault-seed", "7")
@@ -213,6 +217,7 @@ def test_fault_rates_are_reproducible(procs):
     assert first == again and 5 <= first.count(500) <= 20
 
 
+@pytest.mark.slow
 def test_exit_after_warmup_and_engine_dead(procs):
     port = free_port()
     url = procs.sim("sim-x", port, "--zero-latency", "--exit-after", "3", "--warmup-s", "1.0")
@@ -230,6 +235,7 @@ def test_exit_after_warmup_and_engine_dead(procs):
     assert httpx.get(url + "/health").status_code == 200
 
 
+@pytest.mark.slow
 def test_capacity_model_runs_up_to_max_num_seqs_and_queues_the_rest(procs):
     """Checked on the simulator's own counts (peak running, peak waiting), not on a wall-clock rate: more
     in flight runs more at once up to --max-num-seqs; beyond it, requests only wait. Each request holds
@@ -263,6 +269,7 @@ def test_capacity_model_runs_up_to_max_num_seqs_and_queues_the_rest(procs):
 
 @pytest.mark.parametrize("release", recorded.releases())
 @pytest.mark.parametrize("step", [1, 2, 3])
+@pytest.mark.slow
 def test_simulator_matches_a_recorded_real_response(procs, step, release):
     """Against the real vLLM answers kept in the repo for each tested release (the client reads each), the
     simulator in that release's dialect; so this holds where no vLLM is installed."""
@@ -289,6 +296,7 @@ def test_simulators_default_to_the_launchers_context_length():
         profile_of("org/other")
 
 
+@pytest.mark.slow
 def test_a_name_started_again_keeps_its_first_process_stopped_with_the_rest(tmp_path):
     """Two simulators started under one name (as the releases' recorded tests once were): both are stopped."""
     with Procs(tmp_path) as p:
@@ -371,6 +379,7 @@ def test_batch_answers_as_each_conversation_alone(batching):
     assert [top20(c) for c in b["choices"]] == [top20(post(batching, body_of(m)).json()["choices"][0]) for m in orders]
 
 
+@pytest.mark.slow
 def test_uuid_only_parts_are_served_from_the_cache_until_evicted_or_restarted(procs, batching):
     """A part with a uuid and an empty url takes the cached image, on either endpoint, giving the answer of the
     image itself; once evicted (least recently used first), or after a restart, the request fails with vLLM's
@@ -436,6 +445,7 @@ def test_one_bad_conversation_fails_the_whole_batch_with_its_error(batching):
     assert r.status_code == 200 and metric(batching, "vllm:request_success_total") == ran + 3
 
 
+@pytest.mark.slow
 def test_batch_faults_fail_the_whole_batch(procs):
     schedule = "1:500,2:nologprobs,3:stale"
     url = procs.sim("sim-fb", free_port(), "--zero-latency", "--profile", "qwen3-vl-2b", "--fault-schedule", schedule)
@@ -475,6 +485,7 @@ def test_batch_faults_fail_the_whole_batch(procs):
 @pytest.mark.parametrize(
     ("release", "batch"), [("0.11.0", False), ("0.21.0", False), ("0.22.0", True), ("0.32.0", True)]
 )
+@pytest.mark.slow
 def test_the_batch_endpoint_by_release(procs, release, batch):
     """vLLM has the batch endpoint from 0.22 on and lists it in /openapi.json; 0.11.0 answers FastAPI's 404 and
     does not list it. The chat endpoint is listed by all."""
@@ -493,6 +504,7 @@ def test_the_batch_endpoint_by_release(procs, release, batch):
     procs.stop(name)
 
 
+@pytest.mark.slow
 def test_a_sibling_is_answered_no_earlier_than_the_prefill_it_reuses(procs):
     """vLLM caches a prefix's blocks when it schedules their prefill, so a sibling sent beside a video's first
     conversation skips the frames' prefill but runs in the same engine step or a later one: it cannot be
