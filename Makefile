@@ -1,5 +1,5 @@
 # Two commands on a fresh machine: `make demo` (the whole screen on an embedded default) and `make test`;
-# `make test-quick` (ruff and every test not marked slow, about a minute) for contributors.
+# `make test-quick` (ruff and every test not marked slow, under a minute) for contributors.
 # docs/testing.md describes the tiers and the markers.
 PY ?= python3
 # pip ignores Ctrl-C: it runs in the background of a shell that turns an interrupt (or a TERM) into SIGTERM
