@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import sys
 
-from ..audit import Audit, Finding, run_audit
 from ..cli import fail, load_protocol, parser, reports_errors, settings
-from ..items import load_items
+from ..inputs.items import load_items
+from ..observe.audit import Audit, Finding, run_audit
 from ..settings import Settings
 from .enqueue import add_allow_missing_frames
 

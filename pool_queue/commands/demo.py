@@ -24,19 +24,19 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from ..audit import run_audit
 from ..cli import Parser, exe, fail, number, reports_errors
-from ..hostlock import hold
-from ..items import ItemSet, load_items
-from ..plan import eligible, frameless_notes
-from ..procs import Interrupted, Procs, free_port, interrupt_on_stop_signals, wait_health
-from ..progress import console, duration
+from ..demo.synth import SynthConfig, build_root, generate
+from ..inputs.items import ItemSet, load_items
+from ..jobs.plan import eligible, frameless_notes
+from ..jobs.queue import Screen, screen_of
+from ..observe.audit import run_audit
+from ..observe.report import step_report
+from ..proc.hostlock import hold
+from ..proc.procs import Interrupted, Procs, free_port, interrupt_on_stop_signals, wait_health
+from ..proc.progress import console, duration
 from ..protocol import Protocol
-from ..queue import Screen, screen_of
-from ..report import step_report
 from ..settings import DEMO_ENV_MARK, default_results, demo_env_root, load_settings, redis_data
-from ..store import Store
-from ..synth import SynthConfig, build_root, generate
+from ..store.store import Store
 from . import enqueue
 from .audit import summary
 from .report import write_report

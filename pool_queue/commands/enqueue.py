@@ -6,7 +6,7 @@ re-creates exactly the missing work (`--step all`: every step in order, the reco
 its data). Jobs that failed for good are held until --retry-failed. --plan-only prints the plan and
 REMAINING_TOTAL=<n>. Steps with frames are refused (one line, exit 2, nothing queued) while videos that are
 not `k:` have no folder in a frame cache that is absent, empty or short of its manifest, unless
---allow-missing-frames says they are meant to be missing. The work is `pool_queue.produce`; this prints it.
+--allow-missing-frames says they are meant to be missing. The work is `pool_queue.jobs.produce`; this prints it.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from rich.table import Table
 
 from ..cli import load_protocol, number, parser, reports_errors, settings
 from ..errors import InputError, SetupError
-from ..items import ItemSet, load_items
-from ..plan import frames_refusal
-from ..produce import Produced, produce, rescue_abandoned
+from ..inputs.items import ItemSet, load_items
+from ..jobs.plan import frames_refusal
+from ..jobs.produce import Produced, produce, rescue_abandoned
+from ..jobs.queue import Screen, screen_of
 from ..protocol import Protocol
-from ..queue import Screen, screen_of
 from ..settings import Settings
-from ..store import Store
+from ..store.store import Store
 
 
 @reports_errors

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from ..cli import exe, fail, load_protocol, output_dir, parser, reports_errors, settings
 from ..errors import SetupError
 from ..rows import ROW_SCHEMA, to_arrow
-from ..store import STAMP, Store
+from ..store.store import STAMP, Store
 
 PARQUET = "parquet"  # <out>/parquet/step{N}.parquet: the Parquet files alone, one dataset
 BATCH = 5000  # rows in memory at once

@@ -37,39 +37,41 @@ from huggingface_hub.errors import LocalEntryNotFoundError
 from redis import AuthenticationError, RedisError
 
 from ..cli import fail, load_protocol, number, parser, reports_errors, settings
-from ..hostlock import hold
-from ..launch import (
-    OPTIONAL_FLAGS,
-    SIM_BUDGET,
-    SIM_COMMAND,
-    Budget,
+from ..jobs.queue import Screen
+from ..launch.plan import (
     Server,
-    Tuning,
-    batched_tokens,
-    cache_gb_per_api_server,
     devices,
     log_name,
     log_tag,
     metrics_port,
     plan_phases,
     ports,
-    server_argv,
     server_cores,
+    split_counts,
+)
+from ..launch.sizing import Sizing, coserve, gpu_memory_gib, many_images, size
+from ..launch.supervise import Supervisor
+from ..launch.vllm import (
+    OPTIONAL_FLAGS,
+    SIM_BUDGET,
+    SIM_COMMAND,
+    Budget,
+    Tuning,
+    batched_tokens,
+    cache_gb_per_api_server,
+    server_argv,
     server_env,
     snapshot,
-    split_counts,
     vllm_flags,
     vllm_release,
 )
-from ..presence import HoldNews
-from ..procs import Procs, StopRequest, free_port, port_taken, wait_health
-from ..progress import duration
+from ..observe.presence import HoldNews
+from ..proc.hostlock import hold
+from ..proc.procs import Procs, StopRequest, free_port, port_taken, wait_health
+from ..proc.progress import duration
 from ..protocol import BATCH_PATH, Protocol, lists_batch
-from ..queue import Screen
 from ..settings import BURST_WAIT_S, Settings, redis_data, url_from_file
 from ..sim.__main__ import options as sim_options
-from ..sizing import Sizing, coserve, gpu_memory_gib, many_images, size
-from ..supervise import Supervisor
 from . import enqueue
 
 OOM_HINTS = ("out of memory", "CUDA error: out of memory", "OutOfMemoryError", "No available memory for the cache")

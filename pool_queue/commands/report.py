@@ -10,13 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import plots, prefix_cache
 from ..cli import load_protocol, output_dir, parser, reports_errors, settings
-from ..items import ItemSet, load_items
-from ..plan import frameless_notes
-from ..progress import duration
-from ..protocol import Protocol
-from ..report import (
+from ..inputs.items import ItemSet, load_items
+from ..jobs.plan import frameless_notes
+from ..observe import plots, prefix_cache
+from ..observe.report import (
     BORDER,
     EXAMPLES,
     IDLE_GAP_S,
@@ -30,7 +28,9 @@ from ..report import (
     hits_table,
     letters,
 )
-from ..store import Store
+from ..proc.progress import duration
+from ..protocol import Protocol
+from ..store.store import Store
 from ..text import printable
 
 PLOTS = ("removal_by_benchmark.png", "margins.png", "letters.png")

@@ -18,15 +18,15 @@ from reference import expected
 from test_readme import fenced_lines
 
 from pool_queue.commands import export as export_command
-from pool_queue.items import load_items
-from pool_queue.procs import free_port, wait_health
-from pool_queue.progress import duration
+from pool_queue.inputs.items import load_items
+from pool_queue.jobs.queue import screen_of
+from pool_queue.observe.report import all_steps, by_benchmark, step_report
+from pool_queue.proc.procs import free_port, wait_health
+from pool_queue.proc.progress import duration
 from pool_queue.protocol import Protocol
-from pool_queue.queue import screen_of
-from pool_queue.report import all_steps, by_benchmark, step_report
 from pool_queue.rows import ROW_SCHEMA
 from pool_queue.settings import load_settings
-from pool_queue.store import Store
+from pool_queue.store.store import Store
 
 SCRIPTS = [
     "pool-synth",

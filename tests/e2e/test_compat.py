@@ -17,7 +17,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 from stack import Stack, cli, expected
 
-from pool_queue.queue import JOB_FUNC, ChunkJob
+from pool_queue.jobs.queue import JOB_FUNC, ChunkJob
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 FIXTURES = ("compat-665f234", "compat-8052db7")

@@ -15,7 +15,7 @@ from craft import items_of, row, write
 from ports import port0
 from redis import Redis
 
-from pool_queue.synth import SynthConfig, generate
+from pool_queue.demo.synth import SynthConfig, generate
 
 BIN = Path(sys.executable).parent
 

@@ -18,9 +18,9 @@ from pathlib import Path
 from rq.job import Job
 from stack import FAST, Stack, cli, expected, running
 
-from pool_queue import presence
-from pool_queue.queue import ChunkJob
-from pool_queue.supervise import Supervisor
+from pool_queue.jobs.queue import ChunkJob
+from pool_queue.launch.supervise import Supervisor
+from pool_queue.observe import presence
 
 LEASE_S, RESCUE_S = int(FAST["POOL_LEASE_S"]), float(FAST["POOL_RESCUE_S"])
 
@@ -174,7 +174,7 @@ def test_two_screens_share_one_redis(stack, tmp_path):
     stack.worker("mine", url, "--steps", "1", "--burst", env=FAST)
     stack.worker("theirs", url, "--steps", "1", "--burst", "--results", str(other), env=FAST)
     stack.wait_workers(["mine", "theirs"])
-    from pool_queue.store import Store
+    from pool_queue.store.store import Store
 
     theirs = Store(other, stack.store.fingerprint)
     for store, name in ((stack.store, "mine"), (theirs, "theirs")):

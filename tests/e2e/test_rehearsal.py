@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 from reference import expected
 from rehearsal_run import Config, proc_sample, run_rehearsal
 
-from pool_queue.items import load_items
+from pool_queue.inputs.items import load_items
 from pool_queue.protocol import Protocol
-from pool_queue.store import Store
+from pool_queue.store.store import Store
 
 
 def test_a_small_rehearsal_runs_every_stage_and_lands_exactly(tmp_path: Path) -> None:

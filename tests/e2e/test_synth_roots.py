@@ -12,9 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from pool_queue.pack import SYNTHETIC
-from pool_queue.shards import MANIFEST, verify
-from pool_queue.synth import PARTIAL, SynthConfig, build_root, generate
+from pool_queue.demo.synth import PARTIAL, SynthConfig, build_root, generate
+from pool_queue.hub.pack import SYNTHETIC
+from pool_queue.inputs.shards import MANIFEST, verify
 
 BIN = Path(sys.executable).parent
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from pool_queue.procs import Procs, free_port, wait_health
+from pool_queue.proc.procs import Procs, free_port, wait_health
 
 BIN = Path(sys.executable).parent
 PATIENCE_S = 120.0  # a test timeout only: how long a line or an exit may take on a busy 2-core box

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from stack import Stack
 
-from pool_queue.procs import Procs
-from pool_queue.synth import SynthConfig, generate
+from pool_queue.demo.synth import SynthConfig, generate
+from pool_queue.proc.procs import Procs
 
 CONFIG = SynthConfig(
     n_items=30, n_videos=10, seed=7, frames=(4, 6), shard_videos=5, items_per_video=3, missing_fraction=0.0

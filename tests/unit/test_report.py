@@ -8,12 +8,12 @@ import orjson
 import pytest
 from craft import P, items_of, row, valid_store, write
 
-from pool_queue.audit import run_audit
 from pool_queue.commands.report import PLOTS, write_report
-from pool_queue.items import load_items
-from pool_queue.report import all_steps, chance_floor, flags
-from pool_queue.status import StatusReader
-from pool_queue.store import Store
+from pool_queue.inputs.items import load_items
+from pool_queue.observe.audit import run_audit
+from pool_queue.observe.report import all_steps, chance_floor, flags
+from pool_queue.observe.status import StatusReader
+from pool_queue.store.store import Store
 
 
 def _store(root):

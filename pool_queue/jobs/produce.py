@@ -14,14 +14,14 @@ from pathlib import Path
 
 import redis
 
-from .errors import SetupError
-from .items import ItemSet
+from ..errors import SetupError
+from ..inputs.items import ItemSet
+from ..proc.progress import count_progress
+from ..protocol import Protocol
+from ..store.store import Store
 from .plan import Plan, make_plan
-from .progress import count_progress
-from .protocol import Protocol
 from .queue import BATCH, Screen, cuts
 from .rescue import rescue
-from .store import Store
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,12 @@
-"""What pool-launch starts: one model server per GPU with the protocol's fixed arguments.
+"""What one model server is started with: the protocol's fixed arguments, the throughput-only options.
 
 Only MAX_SEQS (`--max-num-seqs`) and GPU_UTIL (`--gpu-memory-utilization`) may change, as in the
 run package; everything that could change what the model computes is fixed here. Server options
 that only change throughput (`Tuning`: API servers, renderer threads, processor cache, OpenMP
 threads) come from the host's cores per server, as measured on the H200 (benchmarks/results/h200.md),
-and a flag the installed vLLM does not know is left out (`vllm_flags`).
-The simulated server (`sim=True`) takes the same place for tests and the CPU demo.
+and a flag the installed vLLM does not know is left out (`vllm_flags`; its release, `vllm_release`, each
+asked once per host and installation). The simulated server (`sim=True`) takes the same place for tests and
+the CPU demo.
 """
 
 from __future__ import annotations
@@ -26,12 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import SetupError
-from .frames import sample_sizes, served_size
-from .protocol import Protocol
-from .settings import Settings
-from .sizing import FALLBACK_SEQS, Sizing, frame_tokens, many_images, step_budget
-from .sizing import MAX_MODEL_LEN as MAX_MODEL_LEN  # the server's limit: the simulator refuses what vLLM does
+from ..inputs.frames import sample_sizes, served_size
+from ..protocol import Protocol
+from ..settings import Settings
+from .plan import Server
+from .sizing import FALLBACK_SEQS, MAX_MODEL_LEN, Sizing, frame_tokens, many_images, step_budget
 
 SIM_COMMAND = (sys.executable, "-m", "pool_queue.sim")  # the simulated server; its arguments follow
 MAX_PIXELS = 448 * 448  # the processor never upsizes a protocol frame past 448 x 448
@@ -109,21 +109,6 @@ def cache_gb_per_api_server(frames: int, inflight: int, api_servers: int, server
 
 def _release_key(version: str) -> tuple[int, ...]:
     return tuple(int(x) for x in version.split("+")[0].split(".")[:3] if x.isdigit())
-
-
-def cores_per_server(n_servers: int) -> int:
-    """This process's cores (Slurm's and docker's CPU sets count) shared by the node's servers."""
-    return max(1, len(os.sched_getaffinity(0)) // max(1, n_servers))
-
-
-def server_cores(protocol: Protocol, servers: list[Server], srv: Server) -> int:
-    """The GPU's cores (the host's, shared by its GPUs) for one of its servers. Sharing its GPU, the steps-1-2
-    server takes half of them and step 3's all of its (preprocessing is step 3's limit): as measured co-served
-    on the H200 (h200.md, 4 and 8 API servers on 16 cores)."""
-    cores = cores_per_server(len({v.device for v in servers}))
-    if srv.util is not None and not many_images(protocol, srv.steps):
-        return max(1, cores // 2)
-    return cores
 
 
 def flags_of_release(version: str) -> frozenset[str]:
@@ -215,97 +200,6 @@ def _ask_flags(vllm: str) -> frozenset[str] | None:
         if "--max-num-seqs" in text:
             return frozenset(f for f in OPTIONAL_FLAGS if f in text)
     return None
-
-
-@dataclass(frozen=True)
-class Server:
-    gpu: int  # index among this node's GPUs (log names)
-    device: str  # what CUDA_VISIBLE_DEVICES names it (Slurm may hand out e.g. "2,5")
-    steps: tuple[int, ...]  # the protocol's steps its model answers (`Protocol.model_groups`)
-    port: int
-    util: float | None = None  # its GPU_UTIL share when it shares the GPU with the other model (`coserve`)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def name(self) -> str:
-        return f"gpu{self.gpu}" if self.util is None else f"gpu{self.gpu}-s{'-'.join(map(str, self.steps))}"
-
-
-def plan_servers(
-    s: Settings, protocol: Protocol, step: int | None, split: str | None, devices: list[str]
-) -> list[Server]:
-    """GPU i serves the step's model on PORT0+i; `split` "3+1" puts the protocol's first model (steps 1-2)
-    on 3 GPUs and its second (step 3) on 1."""
-    groups = protocol.model_groups()
-    if split:
-        counts = split_counts(protocol, split)
-        if sum(counts) > len(devices):
-            raise SetupError(f"--split {split}: {sum(counts)} GPUs asked, {len(devices)} available")
-        plan = [g for g, n in zip(groups, counts, strict=True) for _ in range(n)]
-    else:
-        if step is None:
-            raise SetupError("give --step N or --split A+B")
-        plan = [protocol.model_group(step)] * len(devices)
-    return [Server(i, d, g, s.port0 + i) for i, (d, g) in enumerate(zip(devices, plan, strict=False))]
-
-
-def metrics_port(srv: Server, k: int) -> int:
-    """Worker process k of a server serves its /metrics here (k = 0: the run package's PORT0+100+i)."""
-    return srv.port + 100 + 16 * k
-
-
-def ports(phases: list[list[Server]], processes: dict[tuple[int, ...], int]) -> list[int]:
-    """Every port a launch binds, servers' and their workers' metrics, over all its phases (`processes`: worker
-    processes per model group)."""
-    found = {srv.port for servers in phases for srv in servers}
-    found |= {metrics_port(srv, k) for servers in phases for srv in servers for k in range(processes[srv.steps])}
-    return sorted(found)
-
-
-def split_counts(protocol: Protocol, split: str) -> list[int]:
-    """`--split A+B` as GPUs per model group, checked without looking at the GPUs (so `--plan-only` refuses
-    what a launch would): one count per group, none negative, at least one GPU in all."""
-    groups = protocol.model_groups()
-    parts = split.split("+")
-    counts = [int(x) for x in parts if x.strip().isdigit()]
-    if len(counts) != len(parts) or len(counts) != len(groups) or sum(counts) == 0:
-        want = "+".join(f"<GPUs for steps {','.join(map(str, g))}>" for g in groups)
-        raise SetupError(f"--split {split!r}: expected {want}, at least one GPU in all, e.g. 3+1")
-    return counts
-
-
-def plan_phases(
-    s: Settings,
-    protocol: Protocol,
-    step: int | None,
-    split: str | None,
-    devices: list[str],
-    shares: dict[tuple[int, ...], float] | None = None,
-) -> list[list[Server]]:
-    """What pool-launch runs, one phase after the other. `--step N` or `--split A+B` is one phase. Neither
-    is the whole screen. On one GPU with `shares` (`sizing.coserve`: both models get their best batch
-    in it) both models are served at once, each on its share, so step 3's CPU-bound preprocessing
-    overlaps steps 1-2 (1.43 times the work of one after the other, h200.md). Otherwise one phase per
-    model group in step order, each on every GPU (steps 1-2 on the 8B, then step 3 on the 2B), handed
-    over when the group's queues are empty: on several GPUs each phase fills them all (h200.md: a 3+1
-    split leaves step 3 on one GPU)."""
-    if step is not None or split:
-        return [plan_servers(s, protocol, step, split, devices)]
-    if len(devices) == 1 and shares:
-        return [[Server(0, devices[0], g, s.port0 + i, util) for i, (g, util) in enumerate(shares.items())]]
-    return [[Server(i, d, g, s.port0 + i) for i, d in enumerate(devices)] for g in protocol.model_groups()]
-
-
-def log_tag(srv: Server, step: int | None, split: str | None) -> str:
-    """The log names' step part: the step (run package), the split (`3p1`), or the server's steps (`1-2`)."""
-    if step is not None:
-        return str(step)
-    if split:
-        return split.replace("+", "p")
-    return "-".join(map(str, srv.steps))
 
 
 def images_per_prompt(protocol: Protocol, steps: tuple[int, ...]) -> int:
@@ -446,23 +340,3 @@ def server_env(srv: Server, sim: bool, tuning: Tuning | None = None) -> dict[str
     if not sim and "VLLM_CACHE_ROOT" not in os.environ:
         env["VLLM_CACHE_ROOT"] = str(cache_dir())  # torch.compile's cache: a restart takes ~1 min, not ~4
     return env
-
-
-def devices(ngpu: int | None, sim: bool) -> list[str]:
-    """This node's GPUs: CUDA_VISIBLE_DEVICES (as Slurm sets it), else nvidia-smi; NGPU keeps the first N."""
-    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if cvd is not None:
-        found = [x.strip() for x in cvd.split(",") if x.strip()]
-    elif shutil.which("nvidia-smi"):
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False).stdout
-        found = [str(i) for i, line in enumerate(x for x in out.splitlines() if x.startswith("GPU "))]
-    else:
-        found = []
-    if sim:  # simulated servers need no GPU: NGPU of them (default 1)
-        return found[: ngpu or 1] if found else [str(i) for i in range(ngpu or 1)]
-    return found[:ngpu] if ngpu else found
-
-
-def log_name(kind: str, step_tag: str, srv: Server) -> str:
-    """`vllm_s1_gpu0`, `client_s1_gpu0` (the run package's names); the tag is `log_tag`'s."""
-    return f"{kind}_s{step_tag}_gpu{srv.gpu}"

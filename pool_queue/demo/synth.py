@@ -27,11 +27,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
-from .errors import SetupError, folder_trouble
-from .pack import SYNTHETIC
-from .protocol import LETTERS
-from .shards import MANIFEST
-from .sim.model import believed_option, blind_knowledge
+from ..errors import SetupError, folder_trouble
+from ..hub.pack import SYNTHETIC
+from ..inputs.shards import MANIFEST
+from ..protocol import LETTERS
+from ..sim.model import believed_option, blind_knowledge
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from .rows import ROW_SCHEMA
+from ..rows import ROW_SCHEMA
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ import tarfile
 from datetime import date
 from pathlib import Path
 
+from ..inputs.shards import sha256_file
+from ..proc.progress import byte_progress
+from ..store.segment_index import INDEX_DIR_PREFIX
 from .fetch import ITEMS_REPO
-from .progress import byte_progress
-from .segment_index import INDEX_DIR_PREFIX
-from .shards import sha256_file
 
 SYNTHETIC = "SYNTHETIC.json"  # in a generated root, and first in its pack: its results never reach the dataset
 

@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from .errors import InputError
-from .text import is_utf8, printable
+from ..errors import InputError
+from ..text import is_utf8, printable
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
 MAX_ASPECT = 200  # Qwen-VL's image processor refuses a longer side over 200 times the shorter one

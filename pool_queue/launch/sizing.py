@@ -24,7 +24,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from .protocol import Protocol
+from ..protocol import Protocol
 
 GIB = 1024**3
 # Per token of KV cache (layers x KV heads x head dim x K and V x bf16) and bf16 weights, from the

@@ -22,8 +22,8 @@ from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry
 from rq.serializers import JSONSerializer
 
+from ..store.store import Store
 from .rescue import expire_leases
-from .store import Store
 
 JOB_FUNC = "workers.tasks.screen_chunk"
 ABANDON_RETRIES = 20  # times a job may return after its worker vanished (RQ's Retry budget)

@@ -25,10 +25,10 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import InputError, folder_trouble
-from .rows import FINAL_ERRORS
+from ..errors import InputError, folder_trouble
+from ..rows import FINAL_ERRORS
+from ..text import printable_tree
 from .segment_index import INDEX_SCHEMA, SegmentIndex
-from .text import printable_tree
 
 log = logging.getLogger(__name__)
 STAMP = "PROTOCOL.json"

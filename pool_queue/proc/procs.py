@@ -315,7 +315,7 @@ class Procs:
         """A line to the guard, started with the first child (held lock)."""
         if self._guard is None:
             self._pipe, theirs = os.pipe()[::-1]
-            argv = [sys.executable, "-m", "pool_queue.guard", str(self._record.absolute())]
+            argv = [sys.executable, "-m", "pool_queue.proc.guard", str(self._record.absolute())]
             self._guard = subprocess.Popen(argv, stdin=theirs,
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                            start_new_session=True)  # fmt: skip

@@ -12,10 +12,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .frames import frame_videos
-from .protocol import Protocol
-from .shards import MANIFEST, read_manifest, video_folder_count
-from .store import Store
+from ..inputs.frames import frame_videos
+from ..inputs.shards import MANIFEST, read_manifest, video_folder_count
+from ..protocol import Protocol
+from ..store.store import Store
 
 
 def _alive(rows: pa.Table) -> pa.Array:

@@ -30,9 +30,9 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from .errors import InputError
-from .protocol import LETTERS, MAX_OPTIONS
-from .text import printable
+from ..errors import InputError
+from ..protocol import LETTERS, MAX_OPTIONS
+from ..text import printable
 
 REQUIRED = ("item_id", "benchmark", "video_id", "question", "options")
 GOLD_COLUMNS = ("answer", "gold", "answer_index", "answer_idx", "label")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
-from .errors import InputError
-from .progress import byte_progress
+from ..errors import InputError
+from ..proc.progress import byte_progress
 
 MANIFEST = "frames_manifest.json"
 

@@ -3,7 +3,7 @@
 Every child that `procs.Procs` starts leads its own session and process group (so a Ctrl-C at the
 terminal reaches only the command, which stops them in order). A command that dies without stopping
 them (SIGKILL, the OOM killer) would leave them running with PPID 1: so each `Procs` starts one guard,
-`python -m pool_queue.guard`, in a session of its own, and tells it on a pipe which groups it started
+`python -m pool_queue.proc.guard`, in a session of its own, and tells it on a pipe which groups it started
 ("+ PID START") and stopped ("- PID"). When the pipe closes (the command is gone, however it went),
 the guard stops the groups still listed as `Procs.stop_all` would (last started first, SIGTERM, then
 SIGKILL after a bounded wait), and removes the command's record of them. A group is named by its
@@ -105,7 +105,7 @@ def watch(lines: Iterable[str]) -> None:
 
 
 def main() -> None:
-    """`python -m pool_queue.guard RECORD`: RECORD (what the command's `Procs` records as running) is
+    """`python -m pool_queue.proc.guard RECORD`: RECORD (what the command's `Procs` records as running) is
     removed once what it names is stopped."""
     for sig in (signal.SIGINT, signal.SIGHUP):  # only the pipe's end (or SIGTERM, SIGKILL to it) ends a guard
         signal.signal(sig, signal.SIG_IGN)

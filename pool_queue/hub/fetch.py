@@ -16,9 +16,9 @@ from pathlib import Path
 
 from huggingface_hub import snapshot_download
 
-from .items import item_files, load_items
-from .protocol import Protocol
-from .shards import MANIFEST, extract
+from ..inputs.items import item_files, load_items
+from ..inputs.shards import MANIFEST, extract
+from ..protocol import Protocol
 
 ITEMS_REPO = "GMLRVigil/BenchCheck-Pool"
 FRAMES_REPO = "GMLRVigil/BenchCheck-Pool-Frames"

@@ -19,13 +19,13 @@ import pyarrow.compute as pc
 import redis
 from pydantic import BaseModel
 
+from ..inputs.items import ItemSet
+from ..jobs.plan import eligible, frameless, reachable
+from ..jobs.queue import Screen, other_screens, screen_of
+from ..protocol import Protocol
+from ..store.store import Store
 from . import prefix_cache, presence
-from .items import ItemSet
-from .plan import eligible, frameless, reachable
-from .protocol import Protocol
-from .queue import Screen, other_screens, screen_of
 from .report import step_rows, working_rate
-from .store import Store
 
 WINDOWS_S = (60, 300)
 

@@ -22,12 +22,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import ValidationError
 
-from .items import ItemSet
-from .plan import cache_shortfall, eligible, frameless
-from .progress import byte_progress
-from .protocol import Protocol
-from .rows import Row
-from .store import STAMP, Store
+from ..inputs.items import ItemSet
+from ..jobs.plan import cache_shortfall, eligible, frameless
+from ..proc.progress import byte_progress
+from ..protocol import Protocol
+from ..rows import Row
+from ..store.store import STAMP, Store
 
 EXAMPLES = 5
 

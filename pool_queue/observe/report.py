@@ -14,9 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .items import ItemSet
-from .protocol import LETTERS, Protocol
-from .store import Store
+from ..inputs.items import ItemSet
+from ..protocol import LETTERS, Protocol
+from ..store.store import Store
 
 EXTREME = 0.01  # a benchmark removing <= 1 % or >= 99 % of its items deserves a look
 MIN_FLAG_ITEMS = 20  # ... when it has at least this many items in the step

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import IO
 
-from .errors import SetupError
+from ..errors import SetupError
 
 _held: list[IO[str]] = []  # open for the life of the process: closing a file drops its lock
 
