@@ -20,10 +20,10 @@ import pyarrow as pa
 from _util import table
 from redis import Redis
 
-from pool_queue.commands.report import write_report
 from pool_queue.inputs.items import ITEM_SCHEMA, REPORT_SCHEMA, ItemSet
 from pool_queue.jobs.queue import screen_of
 from pool_queue.observe.audit import run_audit
+from pool_queue.observe.markdown import write_report
 from pool_queue.observe.status import StatusReader
 from pool_queue.proc.procs import Procs, free_port
 from pool_queue.protocol import Protocol

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..cli import fail, load_protocol, output_dir, parser, reports_errors, settings
 from ..hub.pack import pack, pack_name, upload_hint
-from .audit import audit_results, summary
+from ..observe.audit import audit_results, summary
 
 
 @reports_errors

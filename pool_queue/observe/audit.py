@@ -8,6 +8,7 @@ resolved at read time), steps not finished yet, and survivors never screened by 
 because their video is not `k:` and the frame cache is absent, empty or short of its manifest
 (`plan.cache_shortfall`); the last two are problems with `complete=True` (frames: unless
 `allow_missing_frames`). Survivors of `k:` videos are no finding: they have no frames by design.
+`audit_results` audits the root that the settings name; `summary` is the findings as pool-audit prints them.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import ValidationError
 
-from ..inputs.items import ItemSet
+from ..cli import fail, load_protocol
+from ..inputs.items import ItemSet, load_items
 from ..jobs.plan import cache_shortfall, eligible, frameless
 from ..proc.progress import byte_progress
 from ..protocol import Protocol
 from ..rows import Row
+from ..settings import Settings
 from ..store.store import STAMP, Store
 
 EXAMPLES = 5
@@ -199,3 +202,28 @@ def _check_duplicates(a: Audit, step: int, idx: pa.Table) -> None:
             "(work repeated after a crash or a lost lease); the earliest is read",
             same,
         )
+
+
+def _lines(tag: str, found: list[Finding]) -> list[str]:
+    out = []
+    for f in found:
+        ex = f" (e.g. {', '.join(f.examples)})" if f.examples else ""
+        out.append(f"{tag} [{f.check}] {f.detail}{ex}")
+    return out
+
+
+def summary(a: Audit) -> str:
+    lines = _lines("PROBLEM", a.problems) + _lines("warning", a.warnings)
+    verdict = f"{len(a.problems)} problem(s)" if a.problems else "OK"
+    lines.append(f"audit: {a.rows:,} rows in {a.segments} segment(s): {verdict}, {len(a.warnings)} warning(s)")
+    return "\n".join(lines)
+
+
+def audit_results(s: Settings, complete: bool = False) -> Audit:
+    """The audit of the results root the settings name (exits with the reason when there is none)."""
+    if not s.results_dir.is_dir():
+        what = "is a file, not a folder" if s.results_dir.exists() else "does not exist"
+        fail(f"results folder {s.results_dir} ({s.results_named()}) {what}")
+    items = load_items(s.items_dir)
+    return run_audit(s.results_dir, load_protocol(s), items, s.frames_dir, complete=complete,
+                     tar_dir=s.frames_tar_dir, allow_missing_frames=s.allow_missing_frames)  # fmt: skip

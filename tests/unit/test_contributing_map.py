@@ -37,4 +37,4 @@ def test_where_a_request_is_built_a_row_is_written_and_a_batch_falls_back():
     assert "`screen.py`, where a failed batch is sent again item by item" in row
     assert "`runtime.py`: a job's rows through `store.SegmentWriter`" in row
     assert "`workers/screen.py`" in MAP and "`pool_queue/protocol.py` (the request body)" in MAP
-    assert (REPO / "pool_queue" / "store.py").read_text().count("class SegmentWriter") == 1
+    assert (REPO / "pool_queue" / "store" / "store.py").read_text().count("class SegmentWriter") == 1
