@@ -105,7 +105,7 @@ def run_demo(a: Demo, con: Console) -> None:
     protocol = Protocol()
     meant = a.allow_missing_frames or None  # a root the demo did not make may lack frames
     check_frames(load_settings(root=a.root, results=results, allow_missing_frames=meant), protocol,
-                         sorted(protocol.steps), items=item_set)  # fmt: skip
+                 sorted(protocol.steps), items=item_set)  # fmt: skip
     if a.fresh:
         _fresh(a.root, results, con)
     store = Store(results, protocol.fingerprint, protocol.model_dump(mode="json"), f"the default under --root {a.root}")
