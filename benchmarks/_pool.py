@@ -7,10 +7,10 @@ from typing import Any
 
 import orjson
 
-from pool_queue.frames import FrameEncoder, list_frames, video_folder
-from pool_queue.items import load_items
+from pool_queue.demo.synth import FRAME_FORMATS, SynthConfig, generate
+from pool_queue.inputs.frames import FrameEncoder, list_frames, video_folder
+from pool_queue.inputs.items import load_items
 from pool_queue.protocol import Protocol
-from pool_queue.synth import FRAME_FORMATS, SynthConfig, generate
 
 P = Protocol()
 

@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _pool import P, pool_items
 from _util import table
 
-from pool_queue.procs import Procs, free_port, wait_health
-from pool_queue.queue import screen_of
-from pool_queue.store import Store
+from pool_queue.jobs.queue import screen_of
+from pool_queue.proc.procs import Procs, free_port, wait_health
+from pool_queue.store.store import Store
 
 STEP = 3
 SHAPES = {"batch": "auto", "off": "off"}  # the workers' POOL_BATCH

@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _util import cpu_seconds, table
 
 from pool_queue.commands import enqueue
-from pool_queue.frames import FrameEncoder, list_frames
-from pool_queue.procs import Procs, free_port, wait_health
-from pool_queue.synth import SynthConfig, generate
+from pool_queue.demo.synth import SynthConfig, generate
+from pool_queue.inputs.frames import FrameEncoder, list_frames
+from pool_queue.proc.procs import Procs, free_port, wait_health
 
 
 def sim_counter(url: str, name: str) -> float:
@@ -65,7 +65,7 @@ def seed_client(url: str, root: Path, seconds: float, threads: int = 32) -> None
     import json
     import threading
 
-    from pool_queue.items import load_items
+    from pool_queue.inputs.items import load_items
     from pool_queue.protocol import Protocol
     from workers.client import parse_answer
 

@@ -89,19 +89,19 @@ fi
 exec python3 -m vllm.entrypoints.cli.main "$@"
 EOF
     chmod +x "$VLLM"
-    python3 -c "import pool_queue.commands.launch, workers.main, rq; from pool_queue.procs import redis_binary; print('deps ok, rq', rq.__version__, redis_binary())" ;;
+    python3 -c "import pool_queue.commands.launch, workers.main, rq; from pool_queue.proc.procs import redis_binary; print('deps ok, rq', rq.__version__, redis_binary())" ;;
   run)
     [[ ${2:-} =~ ^[0-9]+$ ]] || { echo "gpu_run.sh run: N (items) must be a whole number" >&2; exit 2; }
     mkdir -p "$WORK" && setsid nohup bash "$0" _run "${@:2}" > "$WORK/run.log" 2>&1 < /dev/null &
     echo "started (log $WORK/run.log)" ;;
   _run)
     n=$2; runs=("${@:3}")
-    rb=$(python3 -c "from pool_queue.procs import redis_binary; print(redis_binary())")
+    rb=$(python3 -c "from pool_queue.proc.procs import redis_binary; print(redis_binary())")
     mkdir -p "$WORK/redis" && (cd "$WORK/redis" && setsid nohup "$rb" --port "$REDIS_PORT" --appendonly yes --save '' > log 2>&1 < /dev/null &)
     t=$(now)
     python3 - <<PY
 from pathlib import Path
-from pool_queue.synth import generate, SynthConfig
+from pool_queue.demo.synth import generate, SynthConfig
 print(generate(Path("$POOL_ROOT"), SynthConfig(n_items=$n, n_videos=int($n / 2.7), seed=11, k_fraction=0.3,
       missing_fraction=0.05, frames=(32, 48), frame_formats=(("jpeg448", 1.0),))))
 PY

@@ -18,7 +18,7 @@ export PYTHONPATH="/tmp/site:/tmp/ours:$PWD" PYTHONUNBUFFERED=1 PATH="/tmp/site/
 case "$cmd" in
   deps)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/ours .whl/*.whl
-    python3 -c "import pool_queue.commands.enqueue, workers.main; from pool_queue.procs import redis_binary; print('deps ok, redis:', redis_binary())" ;;
+    python3 -c "import pool_queue.commands.enqueue, workers.main; from pool_queue.proc.procs import redis_binary; print('deps ok, redis:', redis_binary())" ;;
   install)
     bash .gpu/base/device_install.sh install ;;
   serve)

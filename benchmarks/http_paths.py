@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _pool import P
 from _util import table
 
-from pool_queue.procs import Procs, free_port, wait_health
+from pool_queue.proc.procs import Procs, free_port, wait_health
 from workers.client import VLLMClient, parse_answer
 from workers.transport import SlimTransport
 

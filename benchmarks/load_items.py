@@ -18,7 +18,7 @@ from _util import table
 
 
 def measure(items_dir: str) -> None:
-    from pool_queue.items import load_items
+    from pool_queue.inputs.items import load_items
 
     t0 = time.perf_counter()
     s = load_items(Path(items_dir))
@@ -39,7 +39,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.measure:
         return measure(a.measure)
-    from pool_queue.synth import SynthConfig, generate
+    from pool_queue.demo.synth import SynthConfig, generate
 
     with tempfile.TemporaryDirectory() as d:
         root = Path(d) / "root"

@@ -18,10 +18,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _util import table
 from redis import Redis
 
-from pool_queue.procs import Procs, free_port
+from pool_queue.jobs.queue import screen_of
+from pool_queue.proc.procs import Procs, free_port
 from pool_queue.protocol import Protocol
-from pool_queue.queue import screen_of
-from pool_queue.store import Store
+from pool_queue.store.store import Store
 
 P = Protocol()
 REACH = {1: 1.0, 2: 0.61, 3: 0.40}  # share of the pool's items each step sees

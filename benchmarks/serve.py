@@ -12,7 +12,8 @@ import os
 import shlex
 import sys
 
-from pool_queue.launch import Server, Tuning, cores_per_server, server_argv, server_env, vllm_flags
+from pool_queue.launch.plan import Server, cores_per_server
+from pool_queue.launch.vllm import Tuning, server_argv, server_env, vllm_flags
 from pool_queue.protocol import Protocol
 from pool_queue.settings import load_settings
 

@@ -20,7 +20,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).parent))
 from _util import cpu_seconds, table
 
-from pool_queue.procs import Procs, free_port, wait_health
+from pool_queue.proc.procs import Procs, free_port, wait_health
 from pool_queue.protocol import Protocol
 
 

@@ -20,14 +20,14 @@ import pyarrow as pa
 from _util import table
 from redis import Redis
 
-from pool_queue.audit import run_audit
-from pool_queue.commands.report import write_report
-from pool_queue.items import ITEM_SCHEMA, REPORT_SCHEMA, ItemSet
-from pool_queue.procs import Procs, free_port
+from pool_queue.inputs.items import ITEM_SCHEMA, REPORT_SCHEMA, ItemSet
+from pool_queue.jobs.queue import screen_of
+from pool_queue.observe.audit import run_audit
+from pool_queue.observe.markdown import write_report
+from pool_queue.observe.status import StatusReader
+from pool_queue.proc.procs import Procs, free_port
 from pool_queue.protocol import Protocol
-from pool_queue.queue import screen_of
-from pool_queue.status import StatusReader
-from pool_queue.store import Store
+from pool_queue.store.store import Store
 
 P = Protocol()
 ORDERS = P.orders(1, "", 4)

@@ -36,10 +36,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _pool import P, bodies, pool_items
 from _util import table
 
-from pool_queue import prefix_cache
-from pool_queue.procs import Procs, free_port, wait_health
-from pool_queue.queue import screen_of
-from pool_queue.store import Store
+from pool_queue.jobs.queue import screen_of
+from pool_queue.observe import prefix_cache
+from pool_queue.proc.procs import Procs, free_port, wait_health
+from pool_queue.store.store import Store
 
 
 def _plain_client(args: tuple[str, Path, int, list[dict[str, Any]], int, Any]) -> tuple[int, int, int, float, float]:

@@ -3,7 +3,7 @@
 #   bash deploy/run_remote.sh [--plan-only]          # every step: 8B for steps 1-2, then 2B for step 3
 #   STEP=N bash deploy/run_remote.sh [--plan-only]   # one step's model only, as the run package did
 # Same knobs: NGPU (default all visible), WORKERS (requests in flight per server), PORT0 (8001),
-# GPU_UTIL (0.85), MAX_SEQS (derived per model from the GPU; pool_queue/sizing.py), PY (python3), VLLM (vllm);
+# GPU_UTIL (0.85), MAX_SEQS (derived per model from the GPU; pool_queue/launch/sizing.py), PY (python3), VLLM (vllm);
 # MAX_BATCHED_TOKENS (a number, or derived: step 3's from its frames; docs/scale.md). Logs: logs/vllm_s<STEP>_gpu<i>.log and
 # logs/client_s<STEP>_gpu<i>.log. It starts one vLLM server per GPU, enqueues (resuming where it
 # stopped), screens until the queues are empty, then prints [STEP=N ]REMAINING_TOTAL=<n> (0: complete).

@@ -123,3 +123,10 @@ def reports_errors(main: Callable[P, None]) -> Callable[P, None]:
                  "says how much a pool needs) or free memory, then run the same command again")  # fmt: skip
 
     return run
+
+
+def add_allow_missing_frames(p: argparse.ArgumentParser) -> None:
+    """The flag that says videos without frames are meant to be missing (pool-enqueue, pool-launch, pool-audit)."""
+    p.add_argument("--allow-missing-frames", action="store_true",
+                   help="videos that are not `k:` and have no frame folder are meant to be missing: steps 2-3 run, "
+                   "and pool-audit --complete passes, without them (POOL_ALLOW_MISSING_FRAMES=1)")  # fmt: skip

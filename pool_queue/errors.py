@@ -8,32 +8,32 @@ what a user and a launcher read of a worker (its exit, its error rows) is these 
 tree stay in their own module. Here is the whole tree:
 
     Exception
-    ├── PoolError                    errors      one line on stderr, exit 2: the message says what to change
-    │   ├── InputError               errors      the package root's contents: fix or replace them
-    │   │   ├── ItemsError           items       an item file unusable as a whole (columns, unreadable)
-    │   │   ├── FrameError           frames      a frame file or folder that cannot be used, named with why
-    │   │   ├── ShardError           shards      a frame shard or its manifest, cut short or damaged
-    │   │   ├── ProtocolError        protocol    a protocol file, naming the file and the field
-    │   │   └── StoreError           store       a results root that is not ours to write (stamp, protocol)
-    │   └── SetupError               errors      a setting, server or Redis: fix the setting or start it
-    │       ├── ServerMisconfigured  errors      worker: 401/404 or a model mismatch: the worker stops (a job
-    │       │                                    in hand goes back; mid-run exit 3: it stays down)
-    │       ├── ServerUnreachable    errors      worker: no vLLM answered within the start's wait
-    │       └── RedisGone            errors      worker: Redis silent past the wait (at start exit 2, mid-run
-    │                                            exit 4: pool-launch starts it again)
-    ├── ItemFailure                  errors      one item's error row, `kind` from the class; never a command's
-    │   ├── ForwardError             errors      worker: cannot succeed for this item (HTTP 400): permanent
-    │   └── RetriesExhausted         errors      worker: transient failures used the attempts: transient, a
-    │                                            later run re-attempts it
+    ├── PoolError                    errors              one line on stderr, exit 2: the message says what to change
+    │   ├── InputError               errors              the package root's contents: fix or replace them
+    │   │   ├── ItemsError           inputs.items        an item file unusable as a whole (columns, unreadable)
+    │   │   ├── FrameError           inputs.frames       a frame file or folder that cannot be used, named with why
+    │   │   ├── ShardError           inputs.shards       a frame shard or its manifest, cut short or damaged
+    │   │   ├── ProtocolError        protocol            a protocol file, naming the file and the field
+    │   │   └── StoreError           store.store         a results root that is not ours to write (stamp, protocol)
+    │   └── SetupError               errors              a setting, server or Redis: fix the setting or start it
+    │       ├── ServerMisconfigured  errors              worker: 401/404 or a model mismatch: the worker stops (a
+    │       │                                            job in hand goes back; mid-run exit 3: it stays down)
+    │       ├── ServerUnreachable    errors              worker: no vLLM answered within the start's wait
+    │       └── RedisGone            errors              worker: Redis silent past the wait (at start exit 2,
+    │                                                    mid-run exit 4: pool-launch starts it again)
+    ├── ItemFailure                  errors              one item's error row, `kind` from the class; never a command's
+    │   ├── ForwardError             errors              worker: cannot succeed for this item (HTTP 400): permanent
+    │   └── RetriesExhausted         errors              worker: transient failures used the attempts: transient,
+    │                                                    a later run re-attempts it
     └── outside the tree: signals inside one component, never shown to a user as such
-        ├── StoreWriteError(OSError) store               rows not on disk (full, read-only): the job goes
+        ├── StoreWriteError(OSError) store.store         rows not on disk (full, read-only): the job goes
         │                                                back and the worker holds until the disk takes rows
         ├── BatchFailed              workers.client      a batch request fell short: its items go one by one
         ├── Stopped                  workers.waiting     a signal ended a wait that guarded no work
         └── SimError                 sim.checks          the simulator's HTTP error answer (status, type)
     KeyboardInterrupt
-    └── Interrupted                  procs       SIGTERM or SIGHUP taking Ctrl-C's path: a command stops what it
-                                                 started and exits 128 + the signal (143, 129)
+    └── Interrupted                  proc.procs          SIGTERM or SIGHUP taking Ctrl-C's path: a command stops
+                                                         what it started and exits 128 + the signal (143, 129)
 
 The `InputError` leaves are also `ValueError`s (`StoreError` a `RuntimeError`, `RedisGone` too), so code
 that catches the builtin keeps working. A new error the user can act on subclasses `InputError` or

@@ -19,7 +19,7 @@ from pydantic import AliasChoices, Field, PrivateAttr, SecretStr, field_validato
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from redis import Redis
 
-from .hostlock import is_held
+from .proc.hostlock import is_held
 
 DEMO_ENV_MARK = "# written by pool-demo: bare pool-* commands in this folder find the demo; delete it to stop that\n"
 BURST_WAIT_S = 30.0  # how long a one-off run (`pool-worker --burst`, `pool-launch --sim`) waits for Redis or a server
@@ -87,7 +87,7 @@ class Settings(BaseSettings):
         default=None,
         validation_alias=AliasChoices("WORKERS", "POOL_WORKERS"),
         ge=1,
-        description="forwards in flight per server; default from MAX_SEQS and the step (pool_queue.sizing)",
+        description="forwards in flight per server; default from MAX_SEQS and the step (pool_queue.launch.sizing)",
         json_schema_extra={"flags": ["pool-worker --inflight"]},
     )
     port0: int = Field(
@@ -108,13 +108,13 @@ class Settings(BaseSettings):
         default=None,
         validation_alias=AliasChoices("MAX_SEQS", "POOL_MAX_SEQS"),
         ge=1,
-        description="vLLM --max-num-seqs; default per model group from the GPU's memory (pool_queue.sizing)",
+        description="vLLM --max-num-seqs; default per model group from the GPU's memory (pool_queue.launch.sizing)",
     )
     max_batched_tokens: int | Literal["derived"] | None = Field(
         default=None,
         validation_alias=AliasChoices("MAX_BATCHED_TOKENS", "POOL_MAX_BATCHED_TOKENS"),
         description="vLLM --max-num-batched-tokens for every server; `derived`: step 3's from its frames and the "
-        "vLLM release (pool_queue.sizing.step_budget); default 32768 for steps with many images, else 16384",
+        "vLLM release (pool_queue.launch.sizing.step_budget); default 32768 for steps with many images, else 16384",
     )
     py: str = Field(
         default="python3",

@@ -12,9 +12,9 @@ import pytest
 from redis import Redis
 from stack import Stack, make_screen
 
-from pool_queue.procs import Procs, free_port, interrupt_on_stop_signals
-from pool_queue.queue import Screen
-from pool_queue.synth import SynthConfig, generate
+from pool_queue.demo.synth import SynthConfig, generate
+from pool_queue.jobs.queue import Screen
+from pool_queue.proc.procs import Procs, free_port, interrupt_on_stop_signals
 
 # A `.env` that `make demo` left in the checkout must not steer the tests (nor the commands they run).
 os.environ["POOL_ENV_FILE"] = ""

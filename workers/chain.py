@@ -8,11 +8,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pool_queue.frames import video_folder
-from pool_queue.plan import next_step_ids
+from pool_queue.inputs.frames import video_folder
+from pool_queue.jobs.plan import next_step_ids
 from pool_queue.protocol import Protocol
 from pool_queue.rows import Row
-from pool_queue.store import Store
+from pool_queue.store.store import Store
 
 
 def already_final(store: Store, step: int, ids: list[str]) -> set[str]:

@@ -21,9 +21,9 @@ from typing import Any
 import httpx
 import orjson
 
-from pool_queue import prefix_cache
 from pool_queue.errors import ForwardError, RetriesExhausted, ServerMisconfigured, ServerUnreachable
-from pool_queue.progress import duration
+from pool_queue.observe import prefix_cache
+from pool_queue.proc.progress import duration
 from pool_queue.protocol import BATCH_PATH, lists_batch
 
 from .transport import SlimTransport

@@ -14,13 +14,13 @@ import redis
 from pool_queue.cli import fail, load_protocol, number, parser, reports_errors
 from pool_queue.cli import settings as cli_settings
 from pool_queue.errors import ServerMisconfigured
-from pool_queue.items import ItemSet, load_items
-from pool_queue.lease import Timing
+from pool_queue.inputs.items import ItemSet, load_items
+from pool_queue.jobs.lease import Timing
+from pool_queue.jobs.queue import screen_of
+from pool_queue.launch.sizing import FALLBACK_SEQS
 from pool_queue.protocol import Protocol
-from pool_queue.queue import screen_of
 from pool_queue.settings import BURST_WAIT_S, Settings
-from pool_queue.sizing import FALLBACK_SEQS
-from pool_queue.store import Store
+from pool_queue.store.store import Store
 
 from .client import VLLMClient
 from .runtime import Worker, WorkerConfig, unique_name

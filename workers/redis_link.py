@@ -17,7 +17,7 @@ from typing import TypeVar
 import redis
 
 from pool_queue.errors import RedisGone
-from pool_queue.progress import duration
+from pool_queue.proc.progress import duration
 
 from .waiting import Note, Stop
 

@@ -24,15 +24,15 @@ import pyarrow as pa
 from rq import Worker as RQWorker
 from rq.serializers import JSONSerializer
 
-from pool_queue import lease as leases
-from pool_queue import prefix_cache, presence
 from pool_queue.errors import RedisGone, ServerMisconfigured
-from pool_queue.frames import DEFAULT_MAX_PIXELS
-from pool_queue.items import ItemSet
+from pool_queue.inputs.frames import DEFAULT_MAX_PIXELS
+from pool_queue.inputs.items import ItemSet
+from pool_queue.jobs import lease as leases
+from pool_queue.jobs.queue import Screen
+from pool_queue.observe import prefix_cache, presence
 from pool_queue.protocol import Protocol
-from pool_queue.queue import Screen
 from pool_queue.rows import Row
-from pool_queue.store import SegmentWriter, Store, StoreWriteError
+from pool_queue.store.store import SegmentWriter, Store, StoreWriteError
 from pool_queue.text import printable
 
 from . import upkeep

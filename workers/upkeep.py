@@ -21,10 +21,10 @@ from redis import Redis
 from rq import Queue
 from rq import Worker as RQWorker
 
-from pool_queue import lease as leases
-from pool_queue import prefix_cache, presence
-from pool_queue.queue import Screen
-from pool_queue.rescue import rescue
+from pool_queue.jobs import lease as leases
+from pool_queue.jobs.queue import Screen
+from pool_queue.jobs.rescue import rescue
+from pool_queue.observe import prefix_cache, presence
 
 from .client import VLLMClient
 from .holds import Holds

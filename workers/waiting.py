@@ -14,7 +14,7 @@ import signal
 import time
 from collections.abc import Callable
 
-from pool_queue.progress import duration
+from pool_queue.proc.progress import duration
 
 log = logging.getLogger(__name__)
 

@@ -12,36 +12,8 @@ from __future__ import annotations
 
 import sys
 
-from ..audit import Audit, Finding, run_audit
-from ..cli import fail, load_protocol, parser, reports_errors, settings
-from ..items import load_items
-from ..settings import Settings
-from .enqueue import add_allow_missing_frames
-
-
-def _lines(tag: str, found: list[Finding]) -> list[str]:
-    out = []
-    for f in found:
-        ex = f" (e.g. {', '.join(f.examples)})" if f.examples else ""
-        out.append(f"{tag} [{f.check}] {f.detail}{ex}")
-    return out
-
-
-def summary(a: Audit) -> str:
-    lines = _lines("PROBLEM", a.problems) + _lines("warning", a.warnings)
-    verdict = f"{len(a.problems)} problem(s)" if a.problems else "OK"
-    lines.append(f"audit: {a.rows:,} rows in {a.segments} segment(s): {verdict}, {len(a.warnings)} warning(s)")
-    return "\n".join(lines)
-
-
-def audit_results(s: Settings, complete: bool = False) -> Audit:
-    """The audit of the results root the settings name (exits with the reason when there is none)."""
-    if not s.results_dir.is_dir():
-        what = "is a file, not a folder" if s.results_dir.exists() else "does not exist"
-        fail(f"results folder {s.results_dir} ({s.results_named()}) {what}")
-    items = load_items(s.items_dir)
-    return run_audit(s.results_dir, load_protocol(s), items, s.frames_dir, complete=complete,
-                     tar_dir=s.frames_tar_dir, allow_missing_frames=s.allow_missing_frames)  # fmt: skip
+from ..cli import add_allow_missing_frames, parser, reports_errors, settings
+from ..observe.audit import audit_results, summary
 
 
 @reports_errors

@@ -10,38 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
-import pyarrow.parquet as pq
-
 from ..cli import exe, fail, load_protocol, output_dir, parser, reports_errors, settings
-from ..errors import SetupError
-from ..rows import ROW_SCHEMA, to_arrow
-from ..store import STAMP, Store
-
-PARQUET = "parquet"  # <out>/parquet/step{N}.parquet: the Parquet files alone, one dataset
-BATCH = 5000  # rows in memory at once
-
-
-def export(store: Store, steps: list[int], out: Path) -> dict[int, int]:
-    """Streamed `BATCH` winners at a time, so memory stays flat whatever the pool's size (each row holds
-    every forward's top-20: a step's rows at once took 1.5 GB at 30,000 items)."""
-    counts = {}
-    (out / PARQUET).mkdir(parents=True, exist_ok=True)
-    for step in steps:
-        winners = store.winners(step)
-        d = out / "results" / "pool" / f"step{step}"
-        d.mkdir(parents=True, exist_ok=True)
-        jsonl, parquet = d / f"step{step}.jsonl", out / PARQUET / f"step{step}.parquet"
-        try:
-            with jsonl.open("wb") as f, pq.ParquetWriter(parquet, ROW_SCHEMA) as pw:  # an empty step: its schema
-                for start in range(0, winners.num_rows, BATCH):
-                    rows = store.read_rows(step, winners.slice(start, BATCH))
-                    f.write(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-                    pw.write_table(to_arrow(rows))
-        except OSError as e:  # a full disk: pyarrow's errors name no file
-            raise SetupError(f"cannot write the export under {out}: {e.strerror or e}") from None
-        counts[step] = winners.num_rows
-    return counts
+from ..store.export import PARQUET, export
+from ..store.store import STAMP, Store
 
 
 @reports_errors

@@ -13,7 +13,7 @@ from pathlib import Path
 from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
 from ..cli import fail, load_protocol, parser, reports_errors, settings
-from ..fetch import Hub, fetch_frames, fetch_items, fetch_models
+from ..hub.fetch import Hub, fetch_frames, fetch_items, fetch_models
 
 
 @reports_errors

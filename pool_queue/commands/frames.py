@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..cli import parser, reports_errors, settings
-from ..shards import extract, verify
+from ..inputs.shards import extract, verify
 
 
 @reports_errors

@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ..cli import number, parser, reports_errors, settings
-from ..frames import unicode_form_twins
-from ..items import item_warnings, load_items
+from ..inputs.frames import unicode_form_twins
+from ..inputs.items import item_warnings, load_items
 
 
 @reports_errors

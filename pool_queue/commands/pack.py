@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..cli import fail, load_protocol, output_dir, parser, reports_errors, settings
-from ..pack import pack, pack_name, upload_hint
-from .audit import audit_results, summary
+from ..hub.pack import pack, pack_name, upload_hint
+from ..observe.audit import audit_results, summary
 
 
 @reports_errors

@@ -20,13 +20,13 @@ from rich.table import Table
 from rich.text import Text
 
 from ..cli import load_protocol, number, parser, reports_errors, settings
-from ..items import load_items
-from ..plan import Frameless, frameless_note
-from ..prefix_cache import Engine
-from ..progress import duration
-from ..report import IDLE_GAP_S
-from ..status import RunStatus, StatusReader, StepStatus
-from ..store import Store
+from ..inputs.items import load_items
+from ..jobs.plan import Frameless, frameless_note
+from ..observe.prefix_cache import Engine
+from ..observe.report import IDLE_GAP_S
+from ..observe.status import RunStatus, StatusReader, StepStatus
+from ..proc.progress import duration
+from ..store.store import Store
 
 
 def _n(v: int | None) -> str:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from ..cli import Parser, number, reports_errors
-from ..synth import SynthConfig, build_root, generate, staging
+from ..demo.synth import SynthConfig, build_root, generate, staging
 
 
 @reports_errors

@@ -14,10 +14,10 @@ from pathlib import Path
 from huggingface_hub.errors import HfHubHTTPError
 
 from ..cli import Parser, fail, reports_errors
-from ..fetch import ITEMS_REPO
-from ..pack import SYNTHETIC, is_synthetic
+from ..hub.fetch import ITEMS_REPO
+from ..hub.pack import SYNTHETIC, is_synthetic
+from ..hub.upload import plan_upload, upload
 from ..settings import load_settings
-from ..upload import plan_upload, upload
 
 
 @reports_errors

@@ -12,7 +12,7 @@ from typing import Any
 
 from PIL import Image, UnidentifiedImageError
 
-from ..sizing import frame_tokens
+from ..launch.sizing import frame_tokens
 from .dialects import Dialect, dialect
 from .mmcache import ProcessorCache
 

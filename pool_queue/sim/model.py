@@ -13,7 +13,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from ..launch import MAX_MODEL_LEN
+from ..launch.sizing import MAX_MODEL_LEN
 from ..protocol import QWEN3_VL_2B, QWEN3_VL_8B
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"

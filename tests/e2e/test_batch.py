@@ -11,7 +11,7 @@ import httpx
 import pytest
 from PIL import Image
 
-from pool_queue.procs import Procs, free_port, wait_health
+from pool_queue.proc.procs import Procs, free_port, wait_health
 from pool_queue.protocol import Protocol
 from pool_queue.rows import Row
 from workers.client import VLLMClient

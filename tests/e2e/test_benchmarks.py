@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pool_queue.launch import Server, Tuning, cores_per_server, server_argv
-from pool_queue.procs import Procs, free_port, wait_health
+from pool_queue.launch.plan import Server, cores_per_server
+from pool_queue.launch.vllm import Tuning, server_argv
+from pool_queue.proc.procs import Procs, free_port, wait_health
 from pool_queue.protocol import Protocol
 from pool_queue.settings import load_settings
 

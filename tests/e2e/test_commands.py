@@ -17,16 +17,16 @@ from redis import Redis
 from reference import expected
 from test_readme import fenced_lines
 
-from pool_queue.commands import export as export_command
-from pool_queue.items import load_items
-from pool_queue.procs import free_port, wait_health
-from pool_queue.progress import duration
+from pool_queue.inputs.items import load_items
+from pool_queue.jobs.queue import screen_of
+from pool_queue.observe.report import all_steps, by_benchmark, step_report
+from pool_queue.proc.procs import free_port, wait_health
+from pool_queue.proc.progress import duration
 from pool_queue.protocol import Protocol
-from pool_queue.queue import screen_of
-from pool_queue.report import all_steps, by_benchmark, step_report
 from pool_queue.rows import ROW_SCHEMA
 from pool_queue.settings import load_settings
-from pool_queue.store import Store
+from pool_queue.store import export as store_export
+from pool_queue.store.store import Store
 
 SCRIPTS = [
     "pool-synth",
@@ -143,8 +143,8 @@ def test_demo_runs_the_whole_screen(tmp_path, monkeypatch):
     assert done.returncode == 0 and "item_id" in done.stdout, (query, done.stderr[-2000:])
     _export_reads_as_one_table(tmp_path / "demo", tmp_path / "export")
     # streamed BATCH rows at a time, whatever the pool's size: a few rows a batch give the same export
-    monkeypatch.setattr(export_command, "BATCH", 7)
-    export_command.export(Store(tmp_path / "demo" / "results" / "pool", Protocol().fingerprint), [1, 2, 3],
+    monkeypatch.setattr(store_export, "BATCH", 7)
+    store_export.export(Store(tmp_path / "demo" / "results" / "pool", Protocol().fingerprint), [1, 2, 3],
                           tmp_path / "export7")  # fmt: skip
     for step in (1, 2, 3):
         rel = Path("results", "pool", f"step{step}", f"step{step}.jsonl")

@@ -1,6 +1,7 @@
-"""Data written by an older release is read and screened on: a results root and queued jobs that commit
-665f234 left after step 1 (tests/data/compat-665f234) are finished by today's workers and read by today's
-readers, with no row lost or repeated."""
+"""Data written by an older release is read and screened on: a results root and queued jobs that an older
+commit left after step 1 (tests/data/compat-<commit>: 665f234, and 8052db7, the last commit before the package
+was arranged in subpackages) are finished by today's workers and read by today's readers, with no row lost or
+repeated."""
 
 from __future__ import annotations
 
@@ -16,16 +17,17 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 from stack import Stack, cli, expected
 
-from pool_queue.queue import JOB_FUNC, ChunkJob
+from pool_queue.jobs.queue import JOB_FUNC, ChunkJob
 
 pytestmark = pytest.mark.slow  # Redis, simulators and workers over an older release's data
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "compat-665f234"
+DATA = Path(__file__).resolve().parents[1] / "data"
+FIXTURES = ("compat-665f234", "compat-8052db7")
 
 
-def restore(stack: Stack) -> None:
+def restore(stack: Stack, data: Path) -> None:
     """The fixture's keys into the stack's Redis, byte for byte."""
-    for key, entry in json.loads((DATA / "redis.json").read_text()).items():
+    for key, entry in json.loads((data / "redis.json").read_text()).items():
         raw = entry["value"]
         if entry["type"] == "hash":
             stack.conn.hset(key, mapping={f: base64.b64decode(v) for f, v in raw.items()})
@@ -37,11 +39,12 @@ def restore(stack: Stack) -> None:
             raise AssertionError(f"{key}: a type the fixture does not hold ({entry['type']})")
 
 
-def test_a_root_and_queue_of_an_older_release_are_screened_and_read(procs, tmp_path):
+@pytest.mark.parametrize("fixture", FIXTURES)
+def test_a_root_and_queue_of_an_older_release_are_screened_and_read(procs, tmp_path, fixture):
     root = tmp_path / "root"
-    shutil.copytree(DATA / "root", root)
+    shutil.copytree(DATA / fixture / "root", root)
     stack = Stack(root, procs)
-    restore(stack)
+    restore(stack, DATA / fixture)
     step1 = stack.winners(1)  # the older segment and its index, read by today's store
     assert len(step1) == 30 and stack.raw_count(1) == 30
     ids = [i.decode() for i in stack.conn.lrange(stack.screen.queue(2).key, 0, -1)]

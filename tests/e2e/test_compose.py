@@ -27,10 +27,10 @@ from rq.job import Job
 from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 
-from pool_queue.audit import run_audit
-from pool_queue.items import load_items
+from pool_queue.inputs.items import load_items
+from pool_queue.observe.audit import run_audit
 from pool_queue.protocol import Protocol
-from pool_queue.store import Store
+from pool_queue.store.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
 P = Protocol()

@@ -22,28 +22,23 @@ from vllm_stack import server_env as vllm_server_env
 from vllm_stack import vllm_python, vllm_release
 
 from pool_queue.errors import SetupError
-from pool_queue.launch import (
+from pool_queue.launch.plan import Server, log_name, log_tag, plan_phases, plan_servers, server_cores
+from pool_queue.launch.vllm import (
     OPTIONAL_FLAGS,
     SIM_BUDGET,
-    Server,
     Tuning,
     cache_dir,
     cache_gb_per_api_server,
     flags_of_release,
-    log_name,
-    log_tag,
-    plan_phases,
-    plan_servers,
     server_argv,
-    server_cores,
     server_env,
     vllm_flags,
 )
-from pool_queue.launch import vllm_release as installed_release
-from pool_queue.procs import free_port, port_taken
+from pool_queue.launch.vllm import vllm_release as installed_release
+from pool_queue.proc.procs import free_port, port_taken
 from pool_queue.protocol import Protocol
 from pool_queue.settings import load_settings
-from pool_queue.store import Store
+from pool_queue.store.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -694,9 +689,9 @@ def test_pool_launch_screens_a_small_pool_on_real_vllm_servers(tmp_path, procs):
     float32: the last --dtype wins), as a site's own `VLLM` command may."""
     from vllm_stack import model_snapshots
 
-    from pool_queue.audit import run_audit
-    from pool_queue.items import load_items
-    from pool_queue.synth import SynthConfig, generate
+    from pool_queue.demo.synth import SynthConfig, generate
+    from pool_queue.inputs.items import load_items
+    from pool_queue.observe.audit import run_audit
 
     py = vllm_python()
     snaps = model_snapshots(py)

@@ -150,7 +150,7 @@ def test_a_partial_line_no_job_saw_is_cut_before_the_worker_takes_work(stack, mo
     import asyncio
     import errno
 
-    from pool_queue import lease as leases
+    from pool_queue.jobs import lease as leases
     from workers import main as worker_main
 
     url = stack.sim("sim8", "qwen3-vl-8b", "--zero-latency")

@@ -16,9 +16,9 @@ from hostile import add_hostile
 from rq.registry import FailedJobRegistry
 from stack import FAST, P, Stack
 
-from pool_queue.items import load_items
-from pool_queue.plan import eligible
-from pool_queue.synth import SynthConfig, generate
+from pool_queue.demo.synth import SynthConfig, generate
+from pool_queue.inputs.items import load_items
+from pool_queue.jobs.plan import eligible
 
 pytestmark = pytest.mark.slow  # a whole screen of a hostile pool, then every command
 

@@ -13,11 +13,11 @@ import pytest
 from craft import row, valid_store, write
 from hubfixture import Hub, HubServer
 
-from pool_queue.fetch import FRAMES_REPO, ITEMS_REPO
-from pool_queue.items import load_items
-from pool_queue.pack import SYNTHETIC, pack_name
+from pool_queue.hub.fetch import FRAMES_REPO, ITEMS_REPO
+from pool_queue.hub.pack import SYNTHETIC, pack_name
+from pool_queue.inputs.items import load_items
+from pool_queue.inputs.shards import read_manifest
 from pool_queue.protocol import Protocol
-from pool_queue.shards import read_manifest
 
 pytestmark = pytest.mark.slow  # several commands each against a local hub
 

@@ -16,7 +16,7 @@ from craft import items_of, row, write
 from ports import port0
 from redis import Redis
 
-from pool_queue.synth import SynthConfig, generate
+from pool_queue.demo.synth import SynthConfig, generate
 
 pytestmark = pytest.mark.slow  # several commands each, launches among them
 

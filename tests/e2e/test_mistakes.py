@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pool_queue.procs import Procs, free_port, wait_health
+from pool_queue.proc.procs import Procs, free_port, wait_health
 
 pytestmark = pytest.mark.slow  # a screened stack, then several commands
 

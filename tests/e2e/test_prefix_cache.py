@@ -16,12 +16,12 @@ import pyarrow.compute as pc
 import pytest
 from stack import FAST, P, Stack
 
-from pool_queue import prefix_cache
-from pool_queue.frames import frame_videos
-from pool_queue.items import load_items
-from pool_queue.queue import cuts
-from pool_queue.store import Store
-from pool_queue.synth import SynthConfig, generate
+from pool_queue.demo.synth import SynthConfig, generate
+from pool_queue.inputs.frames import frame_videos
+from pool_queue.inputs.items import load_items
+from pool_queue.jobs.queue import cuts
+from pool_queue.observe import prefix_cache
+from pool_queue.store.store import Store
 
 VLLM_METRICS = """# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.
 # TYPE vllm:prefix_cache_queries_total counter

@@ -20,9 +20,9 @@ from recorded import jpeg_url, shape
 from stack import Stack
 from vllm_stack import P, model_snapshots, start, vllm_python, wait_ready
 
-from pool_queue.procs import Procs, free_port, wait_health
+from pool_queue.demo.synth import SynthConfig, generate
+from pool_queue.proc.procs import Procs, free_port, wait_health
 from pool_queue.protocol import Protocol, image_part
-from pool_queue.synth import SynthConfig, generate
 from workers.client import BATCH_PATH, VLLMClient
 from workers.screen import Identity, Item, Screener
 from workers.slots import Slots
@@ -104,7 +104,7 @@ def test_worker_screens_three_steps_end_to_end(servers, tmp_path, procs):
 
 
 def _gold(root: Path, item_id: str) -> int:
-    from pool_queue.items import load_items
+    from pool_queue.inputs.items import load_items
 
     items = load_items(root / "items")
     return int(items.items.column("gold")[items.by_id[item_id]].as_py())

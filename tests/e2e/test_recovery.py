@@ -19,9 +19,9 @@ import pytest
 from rq.job import Job
 from stack import FAST, Stack, cli, expected, running
 
-from pool_queue import presence
-from pool_queue.queue import ChunkJob
-from pool_queue.supervise import Supervisor
+from pool_queue.jobs.queue import ChunkJob
+from pool_queue.launch.supervise import Supervisor
+from pool_queue.observe import presence
 
 pytestmark = pytest.mark.slow  # a stack under compressed time, or a supervisor's restarts with backoff
 
@@ -177,7 +177,7 @@ def test_two_screens_share_one_redis(stack, tmp_path):
     stack.worker("mine", url, "--steps", "1", "--burst", env=FAST)
     stack.worker("theirs", url, "--steps", "1", "--burst", "--results", str(other), env=FAST)
     stack.wait_workers(["mine", "theirs"])
-    from pool_queue.store import Store
+    from pool_queue.store.store import Store
 
     theirs = Store(other, stack.store.fingerprint)
     for store, name in ((stack.store, "mine"), (theirs, "theirs")):

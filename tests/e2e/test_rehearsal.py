@@ -16,9 +16,9 @@ import pytest
 from reference import expected
 from rehearsal_run import Config, proc_sample, run_rehearsal
 
-from pool_queue.items import load_items
+from pool_queue.inputs.items import load_items
 from pool_queue.protocol import Protocol
-from pool_queue.store import Store
+from pool_queue.store.store import Store
 
 
 @pytest.mark.slow

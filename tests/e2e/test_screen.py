@@ -8,8 +8,8 @@ import pytest
 from stack import Stack, expected
 
 from pool_queue.commands import enqueue
-from pool_queue.items import load_items
-from pool_queue.queue import cuts
+from pool_queue.inputs.items import load_items
+from pool_queue.jobs.queue import cuts
 
 pytestmark = pytest.mark.slow  # a stack: Redis, simulators, workers
 
@@ -85,7 +85,7 @@ def test_sigkill_mid_job_loses_and_duplicates_nothing(stack):
 
 
 def test_server_outage_charges_no_item(stack, tmp_path):
-    from pool_queue.procs import free_port
+    from pool_queue.proc.procs import free_port
 
     port = free_port()
     url = stack.sim("flaky", "qwen3-vl-8b", "--max-num-seqs", "8", port=port)

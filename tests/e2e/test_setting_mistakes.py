@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from pool_queue.procs import free_port
+from pool_queue.proc.procs import free_port
 from pool_queue.protocol import Protocol
 from pool_queue.settings import DEMO_ENV_MARK
-from pool_queue.store import Store
+from pool_queue.store.store import Store
 
 pytestmark = pytest.mark.slow  # the real commands, one or more per test
 
@@ -104,7 +104,9 @@ def test_a_bad_setting_in_the_env_file_is_named_with_that_file(tmp_path):
 @contextmanager
 def demo_running(root: Path) -> Iterator[None]:
     """pool-demo's lock on `root` held by a live process, as a running demo holds it."""
-    hold = f"from pathlib import Path; from pool_queue.hostlock import hold; hold('pool-demo', Path({str(root)!r})); "
+    hold = (
+        f"from pathlib import Path; from pool_queue.proc.hostlock import hold; hold('pool-demo', Path({str(root)!r})); "
+    )
     p = subprocess.Popen([sys.executable, "-c", hold + "print('held', flush=True); input()"],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:

@@ -29,9 +29,9 @@ from redis import Redis
 from reference import expected
 from test_deploy import launched
 
-from pool_queue.guard import members, start_time
+from pool_queue.proc.guard import members, start_time
 from pool_queue.protocol import Protocol
-from pool_queue.store import Store
+from pool_queue.store.store import Store
 
 pytestmark = pytest.mark.slow  # demos and launches stopped by signals
 
@@ -196,7 +196,7 @@ def test_sighup_sigterm_and_sigkill_stop_a_launch_and_all_it_started_and_a_rerun
                 groups = groups_of(p.pid)
                 seen += groups
                 if guard_too:
-                    (guard,) = [g for g in groups if any("-m pool_queue.guard" in c for c in running([g]))]
+                    (guard,) = [g for g in groups if any("-m pool_queue.proc.guard" in c for c in running([g]))]
                     os.kill(guard[0], signal.SIGKILL)
                 p.send_signal(sig)
                 _, said = p.communicate(timeout=120)
@@ -228,7 +228,7 @@ def test_sigterm_to_a_test_run_stops_what_its_fixtures_started(tmp_path):
     down as Ctrl-C does, with the one line, and leaves nothing running (the session's Redis too)."""
     tests = Path(__file__).resolve().parents[1]
     (tmp_path / "test_holds.py").write_text(
-        "import time\nfrom pool_queue.procs import free_port\n\n\ndef test_holds(procs, redis_url, tmp_path):\n"
+        "import time\nfrom pool_queue.proc.procs import free_port\n\n\ndef test_holds(procs, redis_url, tmp_path):\n"
         "    procs.redis(free_port(), tmp_path / 'redis')\n    procs.sim('sim-a', free_port())\n"
         "    print('READY', flush=True)\n    time.sleep(600)\n"
     )

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from slurm_local import LocalSlurm
 
-from pool_queue.audit import run_audit
-from pool_queue.items import load_items
-from pool_queue.procs import free_port
+from pool_queue.inputs.items import load_items
+from pool_queue.observe.audit import run_audit
+from pool_queue.proc.procs import free_port
 from pool_queue.protocol import Protocol
-from pool_queue.store import Store
+from pool_queue.store.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
 SLURM = REPO / "deploy" / "slurm"

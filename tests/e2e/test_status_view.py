@@ -15,10 +15,10 @@ from rich.console import Console
 from rq import Worker
 from stack import cli
 
-from pool_queue import presence
 from pool_queue.commands.status import plain_lines, render
-from pool_queue.prefix_cache import Engine
-from pool_queue.status import RunStatus, ServerStatus, StepStatus, WorkerStatus
+from pool_queue.observe import presence
+from pool_queue.observe.prefix_cache import Engine
+from pool_queue.observe.status import RunStatus, ServerStatus, StepStatus, WorkerStatus
 
 BIN = Path(sys.executable).parent
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from pool_queue.pack import SYNTHETIC
-from pool_queue.shards import MANIFEST, verify
-from pool_queue.synth import PARTIAL, SynthConfig, build_root, generate
+from pool_queue.demo.synth import PARTIAL, SynthConfig, build_root, generate
+from pool_queue.hub.pack import SYNTHETIC
+from pool_queue.inputs.shards import MANIFEST, verify
 
 pytestmark = pytest.mark.slow  # pool-synth and pool-demo runs, some stopped by Ctrl-C
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from pool_queue.procs import Procs, free_port, wait_health
+from pool_queue.proc.procs import Procs, free_port, wait_health
 
 pytestmark = pytest.mark.slow  # workers, simulators and commands that wait, or are stopped while they wait
 

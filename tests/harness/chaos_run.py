@@ -23,12 +23,12 @@ from reference import expected
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
-from pool_queue.procs import Procs, free_port, wait_health
+from pool_queue.demo.synth import SynthConfig, generate
+from pool_queue.jobs.queue import Screen, screen_of
+from pool_queue.launch.supervise import Supervisor
+from pool_queue.proc.procs import Procs, free_port, wait_health
 from pool_queue.protocol import Protocol
-from pool_queue.queue import Screen, screen_of
-from pool_queue.store import Store
-from pool_queue.supervise import Supervisor
-from pool_queue.synth import SynthConfig, generate
+from pool_queue.store.store import Store
 
 P = Protocol()
 STEPS = sorted(P.steps)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pool_queue.items import load_items
+from pool_queue.inputs.items import load_items
 from pool_queue.protocol import LETTERS, Protocol
 from pool_queue.rows import ForwardRecord, Row
-from pool_queue.store import Store
+from pool_queue.store.store import Store
 
 P = Protocol()
 

@@ -25,9 +25,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
+from pool_queue.demo.synth import ANSWERS, question_in_band
 from pool_queue.protocol import LETTERS
 from pool_queue.sim.model import believed_option
-from pool_queue.synth import ANSWERS, question_in_band
 
 BENCH = "SynthHostile"
 HARD = (0.0, 0.05)  # blind knowledge: the simulated 8B keeps these items at step 1

@@ -4,7 +4,7 @@
 `free_port()` vouches for one port only, and it is drawn from the kernel's ephemeral range, where any
 outgoing connection of a busy suite may take PORT0+1 a moment later. A random base below that range, with
 every port of its block free when drawn (free as the launcher judges it before it starts anything:
-`pool_queue.procs.port_taken`), leaves only two launches drawing overlapping blocks at once. Under
+`pool_queue.proc.procs.port_taken`), leaves only two launches drawing overlapping blocks at once. Under
 pytest-xdist each worker draws from its own share of the range, so launches of two workers never overlap."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import random
 
-from pool_queue.procs import port_taken
+from pool_queue.proc.procs import port_taken
 
 LOW, HIGH = 20000, 32000  # below Linux's ephemeral range (32768-60999): no client socket lands here
 SERVERS, PROCESSES = 8, 4  # what the tests' launches start at most

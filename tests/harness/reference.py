@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pool_queue.items import load_items
+from pool_queue.inputs.items import load_items
 from pool_queue.protocol import Protocol
 from pool_queue.sim.model import PROFILES, answer
 

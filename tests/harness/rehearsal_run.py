@@ -19,9 +19,9 @@ from pathlib import Path
 
 from redis import Redis
 
-from pool_queue.pack import check_sha
-from pool_queue.procs import Procs, free_port, wait_health
-from pool_queue.supervise import Supervisor
+from pool_queue.hub.pack import check_sha
+from pool_queue.launch.supervise import Supervisor
+from pool_queue.proc.procs import Procs, free_port, wait_health
 
 BIN = Path(sys.executable).parent
 TICK = os.sysconf("SC_CLK_TCK")
@@ -29,7 +29,7 @@ MODELS = {"8b": ("qwen3-vl-8b", "1,2"), "2b": ("qwen3-vl-2b", "3")}
 SYNTH = """
 import sys
 from pathlib import Path
-from pool_queue.synth import SynthConfig, generate
+from pool_queue.demo.synth import SynthConfig, generate
 n = int(sys.argv[2])
 print(generate(Path(sys.argv[1]), SynthConfig(n_items=n, n_videos=round(n / 2.7), seed=11, n_benchmarks=139,
       k_fraction=0.35, missing_fraction=0.05, frames=(32, 64), frame_formats=(("jpeg448", 1.0),),

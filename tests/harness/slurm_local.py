@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from pool_queue.procs import free_port
+from pool_queue.proc.procs import free_port
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "squeue")
 GPUS = 2  # declared, not real: `--gres=gpu:N` and `--cpus-per-gpu` are accepted as on a GPU cluster

@@ -16,12 +16,12 @@ from reference import expected  # noqa: F401  (the tests' reference)
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from pool_queue.items import load_items
-from pool_queue.procs import Procs, free_port, wait_health
-from pool_queue.produce import Produced, produce, rescue_abandoned
+from pool_queue.inputs.items import load_items
+from pool_queue.jobs.produce import Produced, produce, rescue_abandoned
+from pool_queue.jobs.queue import Screen, screen_of
+from pool_queue.proc.procs import Procs, free_port, wait_health
 from pool_queue.protocol import Protocol
-from pool_queue.queue import Screen, screen_of
-from pool_queue.store import Store
+from pool_queue.store.store import Store
 
 P = Protocol()
 

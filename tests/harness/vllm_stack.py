@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pool_queue.procs import Procs, free_port, wait_health
+from pool_queue.proc.procs import Procs, free_port, wait_health
 from pool_queue.protocol import Protocol
 
 HERE = Path(__file__).parent / "realvllm"

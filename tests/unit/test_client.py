@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from pool_queue.errors import ForwardError, RetriesExhausted, ServerUnreachable
-from pool_queue.procs import Procs, free_port, wait_health
+from pool_queue.proc.procs import Procs, free_port, wait_health
 from pool_queue.protocol import Protocol
 from workers.client import VLLMClient
 from workers.transport import SlimTransport

@@ -1,10 +1,13 @@
 """docs/contributing.md's map and the tree tell the same story: every product module is named there, every
-module it names exists, and the three places a first change most often starts are named where they are."""
+module it names exists, and the three places a first change most often starts are named where they are; the
+package's `__all__` lists its folders and top modules."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import pool_queue
 
 REPO = Path(__file__).resolve().parents[2]
 MAP = (REPO / "docs" / "contributing.md").read_text()
@@ -37,4 +40,11 @@ def test_where_a_request_is_built_a_row_is_written_and_a_batch_falls_back():
     assert "`screen.py`, where a failed batch is sent again item by item" in row
     assert "`runtime.py`: a job's rows through `store.SegmentWriter`" in row
     assert "`workers/screen.py`" in MAP and "`pool_queue/protocol.py` (the request body)" in MAP
-    assert (REPO / "pool_queue" / "store.py").read_text().count("class SegmentWriter") == 1
+    assert (REPO / "pool_queue" / "store" / "store.py").read_text().count("class SegmentWriter") == 1
+
+
+def test_the_package_lists_its_folders_and_top_modules():
+    top = {p.stem for p in (REPO / "pool_queue").iterdir() if p.suffix == ".py" and p.name != "__init__.py"}
+    folders = {p.name for p in (REPO / "pool_queue").iterdir() if (p / "__init__.py").is_file()}
+    assert len(folders) >= 10 and "rq_config" in top  # the tree was read
+    assert sorted(pool_queue.__all__) == sorted(top | folders)

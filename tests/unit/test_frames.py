@@ -7,7 +7,7 @@ import time
 import pytest
 from PIL import Image
 
-from pool_queue.frames import (
+from pool_queue.inputs.frames import (
     FrameEncoder,
     FrameError,
     find_frames,
@@ -17,7 +17,7 @@ from pool_queue.frames import (
     prepare_jpeg,
     video_folder,
 )
-from pool_queue.shards import ShardError, extract, verify
+from pool_queue.inputs.shards import ShardError, extract, verify
 
 
 def save(path, size, fmt="JPEG", mode="RGB"):

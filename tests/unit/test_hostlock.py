@@ -1,4 +1,4 @@
-"""The lock that keeps one demo per root and one launcher per host, root and PORT0 (pool_queue.hostlock)."""
+"""The lock that keeps one demo per root and one launcher per host, root and PORT0 (pool_queue.proc.hostlock)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from pool_queue.errors import SetupError
-from pool_queue.hostlock import hold
+from pool_queue.proc.hostlock import hold
 
 HOLDER = """
 import sys
 from pathlib import Path
-from pool_queue.hostlock import hold
+from pool_queue.proc.hostlock import hold
 hold(sys.argv[1], Path(sys.argv[2]), *sys.argv[3:])
 print("held", flush=True)
 sys.stdin.read()

@@ -1,5 +1,7 @@
 """The project's modules import one another without a circle (imports under TYPE_CHECKING count too): a
-circle hides which module holds what, and breaks as soon as one of its imports runs at load time."""
+circle hides which module holds what, and breaks as soon as one of its imports runs at load time. The library
+is in layers along the data's path (LAYERS): none imports a layer above its own, the library never imports the
+worker, and no command imports another (what two commands share lives in the library)."""
 
 from __future__ import annotations
 
@@ -109,3 +111,69 @@ def test_a_product_module_importing_the_harness_is_found(tmp_path):
     planted = tmp_path / "m.py"
     planted.write_text("import os\nfrom reference import expected\nimport tests.harness.stack\nfrom . import x\n")
     assert outside_imports(planted) & harness_names() == {"reference", "tests"}
+
+
+# The layers of the library, lowest first: a module may import its own layer and those below, never one above.
+# Within a layer its packages may import one another (the test above keeps them free of circles). The top
+# modules are two layers: `settings` asks `proc.hostlock` whether a demo still runs, so proc sits between them.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("pool_queue", "pool_queue.protocol", "pool_queue.rows", "pool_queue.errors", "pool_queue.text"),
+    ("pool_queue.proc",),
+    ("pool_queue.settings", "pool_queue.settings_doc", "pool_queue.cli", "pool_queue.rq_config"),
+    ("pool_queue.inputs",),
+    ("pool_queue.store",),
+    ("pool_queue.jobs",),
+    ("pool_queue.observe",),
+    # the simulator stands where vLLM does: launch starts it, the demo's pool answers as its model does
+    ("pool_queue.launch", "pool_queue.demo", "pool_queue.hub", "pool_queue.sim"),
+    ("pool_queue.commands",),
+    ("workers",),  # the worker process uses the library; the library never imports it
+)
+
+
+def layer(name: str) -> int | None:
+    """The index in LAYERS of the longest entry that names `name` or a package holding it (`pool_queue` names
+    only the package's own `__init__`); None for none: a module added outside the layers is placed by hand."""
+    best: tuple[int, int] | None = None
+    for i, members in enumerate(LAYERS):
+        for m in members:
+            inside = name.startswith(m + ".") and m != "pool_queue"
+            if (name == m or inside) and (best is None or len(m) > best[0]):
+                best = (len(m), i)
+    return None if best is None else best[1]
+
+
+def upward(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a module in a higher layer than the importer's, as `importer -> imported`."""
+    return sorted(
+        f"{a} -> {b}"
+        for a, targets in graph.items()
+        for b in targets
+        if (la := layer(a)) is not None and (lb := layer(b)) is not None and lb > la
+    )
+
+
+def test_every_module_has_a_layer():
+    assert [name for name in modules() if layer(name) is None] == []
+
+
+def test_no_module_imports_a_higher_layer():
+    known = modules()
+    graph = {name: imports(name, path, known) for name, path in known.items()}
+    assert {layer(n) for n in graph} == set(range(len(LAYERS)))  # every layer holds a module
+    assert upward(graph) == []
+
+
+def test_an_import_of_a_higher_layer_is_found():
+    graph = {"pool_queue.jobs.plan": {"pool_queue.observe.status", "pool_queue.store.store"},
+             "pool_queue.store.store": {"workers.runtime"}, "workers.runtime": {"pool_queue.jobs.lease"}}  # fmt: skip
+    assert upward(graph) == ["pool_queue.jobs.plan -> pool_queue.observe.status",
+                             "pool_queue.store.store -> workers.runtime"]  # fmt: skip
+
+
+def test_no_command_imports_another():
+    known = modules()
+    commands = {name for name in known if name.startswith("pool_queue.commands.")}
+    assert len(commands) >= 13  # the commands were read
+    found = {name: sorted(imports(name, known[name], known) & commands) for name in commands}
+    assert {name: hits for name, hits in found.items() if hits} == {}

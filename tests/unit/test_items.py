@@ -7,8 +7,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from pool_queue.commands.items import main
-from pool_queue.frames import find_frames, frame_videos, unicode_form_twins, video_folder
-from pool_queue.items import ItemsError, _options_column, id_lookalikes, item_warnings, load_items, option_warnings
+from pool_queue.inputs.frames import find_frames, frame_videos, unicode_form_twins, video_folder
+from pool_queue.inputs.items import (
+    ItemsError,
+    _options_column,
+    id_lookalikes,
+    item_warnings,
+    load_items,
+    option_warnings,
+)
 
 
 def write_jsonl(path, rows):

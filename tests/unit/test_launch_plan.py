@@ -9,20 +9,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from pool_queue.launch import (
-    BATCHED_TOKENS,
-    BATCHED_TOKENS_MANY_IMAGES,
-    Server,
-    Tuning,
-    batched_tokens,
-    flags_of_release,
-    served_frame,
-    server_argv,
-    steps_held,
-)
-from pool_queue.protocol import Protocol
-from pool_queue.settings import Settings, load_settings
-from pool_queue.sizing import (
+from pool_queue.launch.plan import Server
+from pool_queue.launch.sizing import (
     GIB,
     KV_BYTES,
     OVERHEAD_GIB,
@@ -34,6 +22,18 @@ from pool_queue.sizing import (
     size,
     step_budget,
 )
+from pool_queue.launch.vllm import (
+    BATCHED_TOKENS,
+    BATCHED_TOKENS_MANY_IMAGES,
+    Tuning,
+    batched_tokens,
+    flags_of_release,
+    served_frame,
+    server_argv,
+    steps_held,
+)
+from pool_queue.protocol import Protocol
+from pool_queue.settings import Settings, load_settings
 
 P = Protocol()
 STEP3, TEXT = (3,), (1, 2)

@@ -1,4 +1,4 @@
-"""The job lifecycle (pool_queue.lease) against a real redis-server, one transition at a time."""
+"""The job lifecycle (pool_queue.jobs.lease) against a real redis-server, one transition at a time."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from rq.registry import FailedJobRegistry, FinishedJobRegistry
 from rq.serializers import JSONSerializer
 from stack import make_screen
 
-from pool_queue import lease
+from pool_queue.jobs import lease
+from pool_queue.jobs.queue import Screen, other_screens
+from pool_queue.jobs.rescue import redis_now, rescue
 from pool_queue.protocol import Protocol
-from pool_queue.queue import Screen, other_screens
-from pool_queue.rescue import redis_now, rescue
 
 P = Protocol()
 IDS = [f"item-{i:03d}" for i in range(10)]

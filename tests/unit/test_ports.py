@@ -1,4 +1,4 @@
-"""The tests' launch ports are free as the launcher judges them (`pool_queue.procs.port_taken`)."""
+"""The tests' launch ports are free as the launcher judges them (`pool_queue.proc.procs.port_taken`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import socket
 
 from ports import port0
 
-from pool_queue.procs import port_taken
+from pool_queue.proc.procs import port_taken
 
 
 def test_port0_passes_over_a_block_a_listener_on_another_loopback_address_holds() -> None:

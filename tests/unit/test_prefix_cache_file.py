@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pool_queue import prefix_cache
+from pool_queue.observe import prefix_cache
 
 
 def test_a_refused_counters_file_is_said_once_as_a_write_and_written_once_it_can_be(
@@ -16,7 +16,7 @@ def test_a_refused_counters_file_is_said_once_as_a_write_and_written_once_it_can
 ) -> None:
     (tmp_path / prefix_cache.DIR).write_bytes(b"")  # no folder can be made here
     m = prefix_cache.Meter.for_worker(tmp_path, "w", "http://s")
-    with caplog.at_level(logging.WARNING, logger="pool_queue.prefix_cache"):
+    with caplog.at_level(logging.WARNING, logger="pool_queue.observe.prefix_cache"):
         m.charge((10.0, 1.0), {1: 5})
         for n in range(2, 5):
             m.charge((10.0 * n, 2.0 * n), {1: 5})

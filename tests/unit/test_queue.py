@@ -1,4 +1,4 @@
-"""The work queue (pool_queue.queue) against a real redis-server: chunk jobs, their ids and payloads,
+"""The work queue (pool_queue.jobs.queue) against a real redis-server: chunk jobs, their ids and payloads,
 the one snapshot every reader shares, and cleanup of failed jobs."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 from stack import make_screen
 
-from pool_queue import lease
-from pool_queue.queue import ChunkJob, Screen, cuts, other_screens
+from pool_queue.jobs import lease
+from pool_queue.jobs.queue import ChunkJob, Screen, cuts, other_screens
 
 IDS = [f"item-{i:03d}" for i in range(10)]
 

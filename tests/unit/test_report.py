@@ -8,12 +8,12 @@ import orjson
 import pytest
 from craft import P, items_of, row, valid_store, write
 
-from pool_queue.audit import run_audit
-from pool_queue.commands.report import PLOTS, write_report
-from pool_queue.items import load_items
-from pool_queue.report import all_steps, chance_floor, flags
-from pool_queue.status import StatusReader
-from pool_queue.store import Store
+from pool_queue.inputs.items import load_items
+from pool_queue.observe.audit import run_audit
+from pool_queue.observe.markdown import PLOTS, write_report
+from pool_queue.observe.report import all_steps, chance_floor, flags
+from pool_queue.observe.status import StatusReader
+from pool_queue.store.store import Store
 
 
 def _store(root):
@@ -141,7 +141,7 @@ def test_status_metrics_report_audit_on_a_half_finished_run(stack, pool_root, tm
 
 
 def test_names_holding_pipes_or_line_breaks_stay_in_their_cell():
-    from pool_queue.commands.report import _table
+    from pool_queue.observe.markdown import _table
 
     name = "Bench|mark\nwith a break\\and a backslash"
     row = _table(["benchmark", "items"], [[name, 3]])[2]
@@ -153,7 +153,7 @@ def test_names_holding_pipes_or_line_breaks_stay_in_their_cell():
 
 def test_a_benchmark_name_holding_pipes_or_line_breaks_keeps_every_part_of_the_report_whole(pool_root):
     """Not one column: every table cell and the sanity flags' lines that name it stay one line each."""
-    from pool_queue.commands.report import markdown
+    from pool_queue.observe.markdown import markdown
 
     odd = "Odd|Bench\nName"
     items = items_of(pool_root)

@@ -10,8 +10,8 @@ import pytest
 import recorded
 from recorded import jpeg_url, shape
 
-from pool_queue.items import load_items
-from pool_queue.procs import Procs, free_port, wait_health
+from pool_queue.inputs.items import load_items
+from pool_queue.proc.procs import Procs, free_port, wait_health
 from pool_queue.protocol import Protocol
 from pool_queue.sim.model import PROFILES, answer, profile_of
 from workers.client import parse_answer
@@ -287,7 +287,7 @@ def test_simulator_matches_a_recorded_real_response(procs, step, release):
 
 
 def test_simulators_default_to_the_launchers_context_length():
-    from pool_queue.launch import MAX_MODEL_LEN
+    from pool_queue.launch.sizing import MAX_MODEL_LEN
 
     for group in P.model_groups():  # pool-launch --sim names each group's model
         assert profile_of(P.steps[group[0]].model).max_model_len == MAX_MODEL_LEN  # refuses what vLLM does

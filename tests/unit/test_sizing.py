@@ -1,11 +1,11 @@
-"""pool-launch's derived batch and in-flight sizes (pool_queue.sizing): the rule, not a timing."""
+"""pool-launch's derived batch and in-flight sizes (pool_queue.launch.sizing): the rule, not a timing."""
 
 from __future__ import annotations
 
 import pytest
 
+from pool_queue.launch.sizing import GIB, KV_BYTES, OVERHEAD_GIB, WEIGHTS_GIB, coserve, prompt_tokens, size
 from pool_queue.protocol import Protocol
-from pool_queue.sizing import GIB, KV_BYTES, OVERHEAD_GIB, WEIGHTS_GIB, coserve, prompt_tokens, size
 
 P = Protocol()
 TEXT, FRAMES = P.model_groups()  # (1, 2) on the 8B, (3,) on the 2B

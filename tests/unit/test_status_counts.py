@@ -6,7 +6,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pool_queue.status import split
+from pool_queue.observe.status import split
 
 IDS = [f"i{i}" for i in range(40)]
 subsets = st.lists(st.sampled_from(IDS), max_size=60)  # repeats: an item in two jobs (a rescued job run twice)

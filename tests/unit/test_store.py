@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from pool_queue.rows import ROW_SCHEMA, ForwardRecord, Row
-from pool_queue.store import STAMP, Store, StoreError
+from pool_queue.store.store import STAMP, Store, StoreError
 
 
 def row(item_id, status="ok", t=1.0, fp="fp1", removed=False, kind=None, **kw):
@@ -82,7 +82,7 @@ def test_torn_last_line_is_skipped_with_a_warning(tmp_path, caplog):
 def test_a_segment_is_parsed_a_piece_at_a_time_with_the_same_index(tmp_path, monkeypatch):
     """Pieces of CHUNK_BYTES keep a cold read of a large segment flat in memory; a line longer than a
     piece is read whole; the index is the one a single read gives."""
-    from pool_queue import segment_index
+    from pool_queue.store import segment_index
 
     rows = [row(f"i{k:03d}", t=float(k), pad="x" * (900 if k == 7 else 10)) for k in range(40)]
     Store(tmp_path / "a", "fp1").writer(1, "w").write(rows)
@@ -100,7 +100,7 @@ def test_threads_reading_one_store_together_parse_each_byte_once(tmp_path, monke
     the others use its index (they used to parse it each, with a copy each)."""
     import threading
 
-    from pool_queue import segment_index
+    from pool_queue.store import segment_index
 
     parsed: list[int] = []
     real = segment_index.SegmentIndex._parse
@@ -195,7 +195,7 @@ def _write_past_a_file_size_limit(root: str, q: Any) -> None:
     """In its own process: the file-size limit would otherwise bind the test runner's own files."""
     import resource
 
-    from pool_queue.store import StoreWriteError
+    from pool_queue.store.store import StoreWriteError
 
     w = Store(Path(root), "fp1").writer(1, "w")
     w.write([row("a")])
@@ -230,7 +230,7 @@ def test_a_step_folder_that_refuses_files_fails_the_first_write_not_the_writer(t
     """The worker makes its writer before its first batch: a folder it cannot create files in (read-only,
     here a file standing where the folder goes, which refuses root too) is the batch's StoreWriteError, the
     worker's hold, and not an exception at the writer's creation that would fail the job."""
-    from pool_queue.store import StoreWriteError
+    from pool_queue.store.store import StoreWriteError
 
     st = Store(tmp_path, "fp1")
     st.claim()

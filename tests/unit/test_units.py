@@ -14,6 +14,7 @@ from craft import P, items_of, row, write
 from redis import Redis
 
 from pool_queue.cli import reports_errors
+from pool_queue.demo.synth import SynthConfig, generate
 from pool_queue.errors import (
     ForwardError,
     InputError,
@@ -25,13 +26,12 @@ from pool_queue.errors import (
     ServerUnreachable,
     SetupError,
 )
-from pool_queue.frames import frame_videos, prepare_jpeg
-from pool_queue.items import ItemsError, load_items
-from pool_queue.plan import eligible, next_step_ids
-from pool_queue.presence import HoldNews, RateWindow, WorkerSnapshot, publish
+from pool_queue.inputs.frames import frame_videos, prepare_jpeg
+from pool_queue.inputs.items import ItemsError, load_items
+from pool_queue.jobs.plan import eligible, next_step_ids
+from pool_queue.observe.presence import HoldNews, RateWindow, WorkerSnapshot, publish
 from pool_queue.protocol import ProtocolError
-from pool_queue.store import Store, StoreError
-from pool_queue.synth import SynthConfig, generate
+from pool_queue.store.store import Store, StoreError
 
 
 def _rows(*spec: tuple[str, str, str, bool | None]) -> pa.Table:
