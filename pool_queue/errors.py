@@ -2,19 +2,23 @@
 
 A `PoolError` is what a command reports as one line on stderr and exit 2 (`cli.reports_errors`), never
 a traceback; its two branches say what the user can do. An `ItemFailure` is one item's and becomes
-that item's error row: it never reaches a command. The product's leaves live beside the code that raises
-them. The worker's public leaves ("worker:") live here: the product's modules never import `workers/`, yet
-what a user and a launcher read of a worker (its exit, its error rows) is these classes. Signals outside the
-tree stay in their own module. Here is the whole tree:
+that item's error row: it never reaches a command. Every class of the tree is defined here, so one module
+answers "what can go wrong and whose move is it"; the third column begins with the code that raises it (the
+worker's leaves, "worker:", are raised in `workers/`, which the product's modules never import). Signals
+outside the tree stay in their own module. Here is the whole tree:
 
     Exception
     ├── PoolError                    errors              one line on stderr, exit 2: the message says what to change
     │   ├── InputError               errors              the package root's contents: fix or replace them
-    │   │   ├── ItemsError           inputs.items        an item file unusable as a whole (columns, unreadable)
-    │   │   ├── FrameError           inputs.frames       a frame file or folder that cannot be used, named with why
-    │   │   ├── ShardError           inputs.shards       a frame shard or its manifest, cut short or damaged
-    │   │   ├── ProtocolError        protocol            a protocol file, naming the file and the field
-    │   │   └── StoreError           store.store         a results root that is not ours to write (stamp, protocol)
+    │   │   ├── ItemsError           errors              inputs.items: an item file unusable as a whole (columns,
+    │   │   │                                            unreadable)
+    │   │   ├── FrameError           errors              inputs.frames: a frame file or folder that cannot be used,
+    │   │   │                                            named with why
+    │   │   ├── ShardError           errors              inputs.shards: a frame shard or its manifest, cut short or
+    │   │   │                                            damaged
+    │   │   ├── ProtocolError        errors              protocol: a protocol file, naming the file and the field
+    │   │   └── StoreError           errors              store.store: a results root that is not ours to write
+    │   │                                                (stamp, protocol)
     │   └── SetupError               errors              a setting, server or Redis: fix the setting or start it
     │       ├── ServerMisconfigured  errors              worker: 401/404 or a model mismatch: the worker stops (a
     │       │                                            job in hand goes back; mid-run exit 3: it stays down)
@@ -66,6 +70,29 @@ class ItemFailure(Exception):
     """One item's forward failed for good; `kind` goes into its error row (rows.ErrorKind)."""
 
     kind: ErrorKind = "permanent"
+
+
+# The input leaves (raised where each input is read: inputs/, protocol, store/).
+
+
+class ItemsError(InputError, ValueError):
+    """A whole input file is unusable (missing columns, unreadable): nothing in it can be judged."""
+
+
+class FrameError(InputError, ValueError):
+    """A frame file or folder that cannot be used; the message names it and says why."""
+
+
+class ShardError(InputError, ValueError):
+    """A frame shard or its manifest, cut short or damaged; the message names the file."""
+
+
+class ProtocolError(InputError, ValueError):
+    """A protocol file that cannot be used; the message is one line naming the file and the field."""
+
+
+class StoreError(InputError, RuntimeError):
+    """A results root that is not this screen's to write (another protocol's stamp, a damaged stamp)."""
 
 
 # The worker's leaves (raised in `workers/`).

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .errors import InputError
+from .errors import ProtocolError
 
 LN2 = math.log(2.0)
 BATCH_PATH = "/v1/chat/completions/batch"  # vLLM 0.22 and later: a video's items as one request
@@ -44,10 +44,6 @@ def lists_batch(openapi: bytes) -> bool:
     except (ValueError, AttributeError):
         return False
     return isinstance(paths, dict) and BATCH_PATH in paths
-
-
-class ProtocolError(InputError, ValueError):
-    """A protocol file that cannot be used; the message is one line naming the file and the field."""
 
 
 class StepSpec(BaseModel):

@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 import orjson
 
-from pool_queue.errors import ItemFailure, ServerMisconfigured
-from pool_queue.inputs.frames import DEFAULT_MAX_PIXELS, FrameEncoder, FrameError, find_frames
+from pool_queue.errors import FrameError, ItemFailure, ServerMisconfigured
+from pool_queue.inputs.frames import DEFAULT_MAX_PIXELS, FrameEncoder, find_frames
 from pool_queue.protocol import LETTERS, Forward, Protocol, image_part
 from pool_queue.rows import ErrorKind, ForwardRecord, Row
 

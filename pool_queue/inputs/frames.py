@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from ..errors import InputError
+from ..errors import FrameError
 from ..text import is_utf8, printable
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
@@ -31,10 +31,6 @@ MAX_ASPECT = 200  # Qwen-VL's image processor refuses a longer side over 200 tim
 DEFAULT_MAX_PIXELS = 50_000_000  # a frame larger than this is refused before it is decoded
 ORIENTATION = 0x0112  # the EXIF tag viewers rotate by
 _DIGITS = re.compile(r"([0-9]+)")  # ASCII digits only: int() of any match succeeds
-
-
-class FrameError(InputError, ValueError):
-    """A frame file or folder that cannot be used; the message names it and says why."""
 
 
 def natural_key(name: str) -> tuple[tuple[tuple[int, int | str], ...], str]:

@@ -30,7 +30,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from ..errors import InputError
+from ..errors import ItemsError
 from ..protocol import LETTERS, MAX_OPTIONS
 from ..text import printable
 
@@ -77,10 +77,6 @@ BOMS = (  # UTF-32 before UTF-16: FF FE 00 00 begins with FF FE
     (codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
     (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"),
 )  # fmt: skip
-
-
-class ItemsError(InputError, ValueError):
-    """A whole input file is unusable (missing columns, unreadable): nothing in it can be judged."""
 
 
 @dataclass(frozen=True)

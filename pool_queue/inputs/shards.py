@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
-from ..errors import InputError
+from ..errors import ShardError
 from ..proc.progress import byte_progress
 
 MANIFEST = "frames_manifest.json"
@@ -30,10 +30,6 @@ class Shard(BaseModel):
 class Manifest(BaseModel):
     shards: list[Shard]
     n_videos: int
-
-
-class ShardError(InputError, ValueError):
-    pass
 
 
 def read_manifest(tar_dir: Path) -> Manifest:

@@ -25,7 +25,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import InputError, folder_trouble
+from ..errors import StoreError, folder_trouble
 from ..rows import FINAL_ERRORS
 from ..text import printable_tree
 from .segment_index import INDEX_SCHEMA, SegmentIndex
@@ -34,10 +34,6 @@ log = logging.getLogger(__name__)
 STAMP = "PROTOCOL.json"
 MAX_ITEM_RUNS = 3  # a later run re-attempts transient error rows until an item has this many
 PROBE_MAX_BYTES = 4 << 20  # a held writer's probe writes the refused batch's size, up to this
-
-
-class StoreError(InputError, RuntimeError):
-    pass
 
 
 class Store:

@@ -7,6 +7,7 @@ import time
 import pytest
 from PIL import Image
 
+from pool_queue.errors import ShardError
 from pool_queue.inputs.frames import (
     FrameEncoder,
     FrameError,
@@ -17,7 +18,7 @@ from pool_queue.inputs.frames import (
     prepare_jpeg,
     video_folder,
 )
-from pool_queue.inputs.shards import ShardError, extract, verify
+from pool_queue.inputs.shards import extract, verify
 
 
 def save(path, size, fmt="JPEG", mode="RGB"):

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pool_queue.protocol import LN2, Forward, Protocol, ProtocolError, StepSpec
+from pool_queue.errors import ProtocolError
+from pool_queue.protocol import LN2, Forward, Protocol, StepSpec
 
 P = Protocol()
 

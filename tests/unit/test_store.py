@@ -8,8 +8,9 @@ from typing import Any
 import orjson
 import pytest
 
+from pool_queue.errors import StoreError
 from pool_queue.rows import ROW_SCHEMA, ForwardRecord, Row
-from pool_queue.store.store import STAMP, Store, StoreError
+from pool_queue.store.store import STAMP, Store
 
 
 def row(item_id, status="ok", t=1.0, fp="fp1", removed=False, kind=None, **kw):

@@ -19,19 +19,21 @@ from pool_queue.errors import (
     ForwardError,
     InputError,
     ItemFailure,
+    ItemsError,
     PoolError,
+    ProtocolError,
     RedisGone,
     RetriesExhausted,
     ServerMisconfigured,
     ServerUnreachable,
     SetupError,
+    StoreError,
 )
 from pool_queue.inputs.frames import frame_videos, prepare_jpeg
-from pool_queue.inputs.items import ItemsError, load_items
+from pool_queue.inputs.items import load_items
 from pool_queue.jobs.plan import eligible, next_step_ids
 from pool_queue.observe.presence import HoldNews, RateWindow, WorkerSnapshot, publish
-from pool_queue.protocol import ProtocolError
-from pool_queue.store.store import Store, StoreError
+from pool_queue.store.store import Store
 
 
 def _rows(*spec: tuple[str, str, str, bool | None]) -> pa.Table:
