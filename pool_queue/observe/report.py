@@ -122,10 +122,10 @@ def _gpus(store: Store, step: int, w: pa.Table) -> dict[str, str]:
     first[1:] = pc.not_equal(seg.slice(1), seg.slice(0, len(seg) - 1)).to_numpy(zero_copy_only=False)
     t = t.filter(pa.array(first))
     out = {}
-    for s, row in zip(t.column("segment").to_pylist(), store.read_rows(step, t), strict=True):
+    for segment, row in zip(t.column("segment").to_pylist(), store.read_rows(step, t), strict=True):
         name = str(row.get("worker") or row.get("server") or "?")
         m = LAUNCHED.fullmatch(name)
-        out[s] = f"{m['host']} {m['gpu']}" if m else UNIQUE_SUFFIX.sub("", name)
+        out[segment] = f"{m['host']} {m['gpu']}" if m else UNIQUE_SUFFIX.sub("", name)
     return out
 
 
