@@ -338,18 +338,19 @@ def _tuning(
     frames = max(protocol.steps[step].n_frames for step in srv.steps)
     host_gib = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
     cache = cache_gb_per_api_server(frames, inflight, api, len(servers), host_gib)
-    t = Tuning.for_cores(cores, settings.api_servers, settings.renderer_workers, release, cache)
+    tuning = Tuning.for_cores(cores, settings.api_servers, settings.renderer_workers, release, cache)
     if settings.batch == "off":
-        t = replace(t, why="POOL_BATCH=off: one request per forward, no processor cache")
+        tuning = replace(tuning, why="POOL_BATCH=off: one request per forward, no processor cache")
     elif release is None:
-        t = replace(t, why=f"the release of `{settings.vllm}` unknown: no processor cache")
-    gib = t.processor_cache_gb
-    total = f" ({t.api_servers} x {gib:g} = {t.api_servers * gib:.1f} GiB of host memory)" if gib else ""
+        tuning = replace(tuning, why=f"the release of `{settings.vllm}` unknown: no processor cache")
+    gib = tuning.processor_cache_gb
+    total = f" ({tuning.api_servers} x {gib:g} = {tuning.api_servers * gib:.1f} GiB of host memory)" if gib else ""
     print(
-        f"{srv.name} server options: {t.api_servers} API servers, {t.renderer_workers} renderer threads, processor "
-        f"cache {gib:g} GiB per API server{total}, OMP_NUM_THREADS={t.omp_threads} unless set ({cores} cores); {t.why}"
+        f"{srv.name} server options: {tuning.api_servers} API servers, {tuning.renderer_workers} renderer threads, "
+        f"processor cache {gib:g} GiB per API server{total}, OMP_NUM_THREADS={tuning.omp_threads} unless set "
+        f"({cores} cores); {tuning.why}"
     )
-    return t
+    return tuning
 
 
 def _requests(srv: Server, batch: str) -> str:

@@ -80,19 +80,19 @@ def working_rate(rows: pa.Table, busy: float | None = None) -> float | None:
 
 
 def step_report(step: int, store: Store, items: ItemSet) -> StepReport:
-    w = step_rows(step, store, items)
+    rows = step_rows(step, store, items)
     final = store.settled(step)
-    done = _count(pc.is_in(w.column("item_id"), value_set=final))
-    errs = w.filter(pc.equal(w.column("status"), "error")).sort_by("item_id")
+    done = _count(pc.is_in(rows.column("item_id"), value_set=final))
+    errs = rows.filter(pc.equal(rows.column("status"), "error")).sort_by("item_id")
     per_gpu = []
-    if w.num_rows:
-        gpus = _gpus(store, step, w)
-        of_row = pa.array([gpus[s] for s in w.column("segment").to_pylist()], pa.string())
+    if rows.num_rows:
+        gpus = _gpus(store, step, rows)
+        of_row = pa.array([gpus[s] for s in rows.column("segment").to_pylist()], pa.string())
         for gpu in sorted(set(gpus.values())):
-            mine = w.filter(pc.equal(of_row, gpu))
+            mine = rows.filter(pc.equal(of_row, gpu))
             servers = ", ".join(sorted(set(pc.fill_null(mine.column("server"), "?").to_pylist())))
             per_gpu.append((gpu, servers, mine.num_rows, busy_s(mine)))
-    return StepReport(step, w, done, errs.column("item_id").to_pylist(), busy_s(w), per_gpu)
+    return StepReport(step, rows, done, errs.column("item_id").to_pylist(), busy_s(rows), per_gpu)
 
 
 def busy_s(rows: pa.Table) -> float:
