@@ -49,10 +49,10 @@ def running_seconds(url: str) -> float:
 
 
 def screen_once(procs: Procs, redis_url: str, root: Path, ids: list[str], videos: list[str], inflight: int,
-                shape: str, a: argparse.Namespace, tag: str) -> Run:  # fmt: skip
+                shape: str, args: argparse.Namespace, tag: str) -> Run:  # fmt: skip
     """One worker screens `ids` at step 3 against a fresh simulator."""
-    url = procs.sim(f"sim-{tag}", free_port(), "--profile", "qwen3-vl-2b", "--max-num-seqs", str(a.max_num_seqs),
-                    "--speed", str(a.speed))  # fmt: skip
+    url = procs.sim(f"sim-{tag}", free_port(), "--profile", "qwen3-vl-2b", "--max-num-seqs", str(args.max_num_seqs),
+                    "--speed", str(args.speed))  # fmt: skip
     wait_health(url, 60)
     results = root.parent / "results" / tag
     store = Store(results, P.fingerprint, P.model_dump(mode="json"))
@@ -91,25 +91,25 @@ def main() -> None:
     ap.add_argument("--speed", type=float, default=100.0, help="the simulator's --speed")
     ap.add_argument("--max-num-seqs", type=int, default=256, help="the simulator's, above any bound measured")
     ap.add_argument("--root", type=Path, help="where the pools and results go (default: a temporary folder)")
-    a = ap.parse_args()
-    if a.items < 1:
+    args = ap.parse_args()
+    if args.items < 1:
         ap.error("--items must be 1 or more")
-    base = a.root or Path(tempfile.mkdtemp(prefix="pool-batch-pipe-"))
+    base = args.root or Path(tempfile.mkdtemp(prefix="pool-batch-pipe-"))
     rows: list[list[object]] = []
     with Procs(base / "logs") as procs:
         redis_url = procs.redis(free_port(), base / "redis")
-        for pv in a.per_video:
+        for pv in args.per_video:
             root = base / f"pool-{pv}" / "root"
-            n = -(-a.items // pv) * pv  # whole videos
+            n = -(-args.items // pv) * pv  # whole videos
             items = pool_items(root, STEP, n, per_video=pv, real_frames=True)[:n]
             ids, videos = [it["item_id"] for it in items], [it["video_id"] for it in items]
-            for inflight in a.inflight:
-                got = {s: screen_once(procs, redis_url, root, ids, videos, inflight, s, a, f"{s}-{pv}-{inflight}")
+            for inflight in args.inflight:
+                got = {s: screen_once(procs, redis_url, root, ids, videos, inflight, s, args, f"{s}-{pv}-{inflight}")
                        for s in SHAPES}  # fmt: skip
                 b, o = got["batch"], got["off"]
                 rows.append([inflight, pv, n, o.items, b.items, o.errors + b.errors, o.items_s, b.items_s,
                              b.items_s / o.items_s if o.items_s else 0.0, o.mean_running, b.mean_running])  # fmt: skip
-    print(f"step {STEP} on pool-sim --speed {a.speed:g} --max-num-seqs {a.max_num_seqs}, one worker per run")
+    print(f"step {STEP} on pool-sim --speed {args.speed:g} --max-num-seqs {args.max_num_seqs}, one worker per run")
     print(table(["in flight", "items/video", "items", "screened off", "screened batch", "errors", "off items/s",
                  "batch items/s", "batch/off", "off running", "batch running"], rows))  # fmt: skip
 

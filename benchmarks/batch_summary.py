@@ -32,8 +32,8 @@ def window(rows: list[dict]) -> tuple[float, float]:
     return min(r["started_at"] for r in rows), max(r["finished_at"] for r in rows)
 
 
-def over(s: list[tuple[float, ...]], t0: float, t1: float) -> tuple[float, float, float]:
-    inside = [x for x in s if t0 <= x[0] <= t1]
+def over(sampled: list[tuple[float, ...]], t0: float, t1: float) -> tuple[float, float, float]:
+    inside = [x for x in sampled if t0 <= x[0] <= t1]
     if len(inside) < 2:
         return float("nan"), float("nan"), float("nan")
     busy = sum(x[3] for x in inside) / len(inside)
@@ -59,14 +59,14 @@ print(
 )
 print("|---|---|---|---|---|---|---|---|---|---|")
 for m in MODES:
-    s = samples(m)
+    sampled = samples(m)
     for step in (1, 2, 3):
         rows = [r for r in tables[m][step] if r["status"] == "ok"]
         t0, t1 = window(rows)
         sent = sorted({f["sent"] or "single" for r in rows for f in r["forwards"]})
         extra = "| | | |"
         if step == 3:
-            cpu, eng, busy = over(s, t0, t1)
+            cpu, eng, busy = over(sampled, t0, t1)
             extra = (
                 f"| {busy:.0f} % | {1000 * cpu / len(rows):.0f} ms | {1000 * eng / len(rows):.0f} ms "
                 f"| {eng / (t1 - t0):.2f} cores |"
@@ -74,15 +74,15 @@ for m in MODES:
         rate = len(rows) / (t1 - t0)
         print(f"| {m} | {step} | {len(rows)} | {rate:.1f} | {','.join(sent)} | {hits(m, step)} {extra}")
 for m, step in [(m, step) for m in MODES[1:] for step in (1, 2, 3)]:
-    a = {r["item_id"]: r for r in tables[MODES[0]][step] if r["status"] == "ok"}
-    b = {r["item_id"]: r for r in tables[m][step] if r["status"] == "ok"}
-    both = sorted(a.keys() & b.keys())
-    same = sum([f["top"] for f in a[i]["forwards"]] == [f["top"] for f in b[i]["forwards"]] for i in both)
-    pred = sum([f["pred"] for f in a[i]["forwards"]] == [f["pred"] for f in b[i]["forwards"]] for i in both)
-    pairs = [(x, y) for i in both for fa, fb in zip(a[i]["forwards"], b[i]["forwards"], strict=True)
+    base = {r["item_id"]: r for r in tables[MODES[0]][step] if r["status"] == "ok"}
+    other = {r["item_id"]: r for r in tables[m][step] if r["status"] == "ok"}
+    both = sorted(base.keys() & other.keys())
+    same = sum([f["top"] for f in base[i]["forwards"]] == [f["top"] for f in other[i]["forwards"]] for i in both)
+    pred = sum([f["pred"] for f in base[i]["forwards"]] == [f["pred"] for f in other[i]["forwards"]] for i in both)
+    pairs = [(x, y) for i in both for fa, fb in zip(base[i]["forwards"], other[i]["forwards"], strict=True)
              for x, y in zip(fa["top"], fb["top"], strict=False)]  # fmt: skip
     drift = max((abs(x["logprob"] - y["logprob"]) for x, y in pairs if x["token"] == y["token"]), default=0.0)
-    removed = sum(a[i]["removed"] == b[i]["removed"] for i in both)
+    removed = sum(base[i]["removed"] == other[i]["removed"] for i in both)
     print(
         f"step {step}: {len(both)} items in {MODES[0]} and {m}, identical top-20 {same}, same preds {pred}, "
         f"same verdict {removed}, max |d logprob| over same tokens {drift:.2g}"

@@ -44,14 +44,14 @@ def main() -> None:
     ap.add_argument("--lease-s", type=int, default=3)
     ap.add_argument("--baseline", action="store_true", help="also run without faults, for the wall-time ratio")
     ap.add_argument("--workdir", type=Path, help="default: a temporary folder")
-    a = ap.parse_args()
-    work = a.workdir or Path(tempfile.mkdtemp(prefix="chaos-"))
-    base = Config(items=a.items, videos=a.videos or max(50, a.items // 5), seed=a.seed, speed=a.speed)
-    base = Config(**{**base.__dict__, "lease_s": a.lease_s, "faults": a.faults, "timeout_s": 3600.0})
+    args = ap.parse_args()
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="chaos-"))
+    base = Config(items=args.items, videos=args.videos or max(50, args.items // 5), seed=args.seed, speed=args.speed)
+    base = Config(**{**base.__dict__, "lease_s": args.lease_s, "faults": args.faults, "timeout_s": 3600.0})
     runs = []
-    if a.baseline:
+    if args.baseline:
         runs.append(("no faults", run_chaos(Config(**{**base.__dict__, "faults": 0}), work)))
-    runs.append((f"{a.faults} faults", run_chaos(base, work)))
+    runs.append((f"{args.faults} faults", run_chaos(base, work)))
     for label, rep in runs:
         print(f"{label}: " + "; ".join(rep.faults) if rep.faults else f"{label}: -", file=sys.stderr)
     rows = []
@@ -61,7 +61,7 @@ def main() -> None:
         rows.append([label, len(rep.faults), rep.items_lost, rep.wrong, rep.dup_agreeing, rep.dup_disagreeing,
                      f"{statistics.median(q):.1f}/{max(q):.1f}", f"{statistics.median(r):.1f}/{max(r):.1f}",
                      rep.wall_s, audit])  # fmt: skip
-    print(f"chaos: {a.items} items, lease {a.lease_s} s, seed {a.seed}, workdir {work}")
+    print(f"chaos: {args.items} items, lease {args.lease_s} s, seed {args.seed}, workdir {work}")
     print(table(["run", "faults", "lost", "wrong", "dup agree", "dup disagree", "queued again s (med/max)",
                  "running again s (med/max)", "wall s", "audit"], rows))  # fmt: skip
     rep = runs[-1][1]

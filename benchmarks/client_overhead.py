@@ -139,13 +139,13 @@ def main() -> None:
     ap.add_argument("--seed-client", metavar="URL", help=argparse.SUPPRESS)
     ap.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--seconds", type=float, help=argparse.SUPPRESS)
-    a = ap.parse_args()
-    if a.seed_client:
-        seed_client(a.seed_client, a.root, a.seconds)
+    args = ap.parse_args()
+    if args.seed_client:
+        seed_client(args.seed_client, args.root, args.seconds)
         return
     with tempfile.TemporaryDirectory() as d:
         root = Path(d) / "root"
-        generate(root, SynthConfig(n_items=a.items, n_videos=60, frames=(32, 64)))
+        generate(root, SynthConfig(n_items=args.items, n_videos=60, frames=(32, 64)))
         rows: list[list[object]] = []
         with Procs(Path(d) / "logs") as procs:
             redis_url = procs.redis(free_port(), Path(d) / "redis")
@@ -154,15 +154,17 @@ def main() -> None:
             for u in (zero, cap):
                 wait_health(u, 20)
             got: dict[str, list[dict[str, float]]] = {"pool-worker": [], "seed-style (32 threads, sync httpx)": []}
-            for r in range(a.rounds):  # alternating, so both see the same machine
-                got["pool-worker"].append(run_worker(procs, root, redis_url, zero, f"worker-{r}", a.window))
-                got["seed-style (32 threads, sync httpx)"].append(run_seed(procs, root, zero, f"seed-{r}", a.window))
-            occ = run_worker(procs, root, redis_url, cap, "worker-capacity", a.window)["occupancy"]
+            for r in range(args.rounds):  # alternating, so both see the same machine
+                got["pool-worker"].append(run_worker(procs, root, redis_url, zero, f"worker-{r}", args.window))
+                got["seed-style (32 threads, sync httpx)"].append(run_seed(procs, root, zero, f"seed-{r}", args.window))
+            occ = run_worker(procs, root, redis_url, cap, "worker-capacity", args.window)["occupancy"]
         for name, runs in got.items():
             ms = statistics.median(x["ms"] for x in runs)
             rows.append([name, f"{statistics.median(x['fw_s'] for x in runs):,.0f}", f"{ms:.3f}"])
         ratio = float(rows[1][2]) / float(rows[0][2])
-        print(f"zero-latency simulator, steady {a.window:.0f} s windows after 4 s of start-up, median of {a.rounds}")
+        print(
+            f"zero-latency simulator, steady {args.window:.0f} s windows after 4 s of start-up, median of {args.rounds}"
+        )
         print(table(["client", "forwards/s", "CPU ms per forward"], rows))
         print(f"seed-style CPU per forward / pool-worker's: {ratio:.2f}x")
         print(f"occupancy against the capacity model (32 seqs): {occ / 32:.0%} of max-num-seqs busy")

@@ -116,15 +116,17 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--inflight", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
-    a = ap.parse_args()
+    args = ap.parse_args()
     with Procs(Path("/tmp") / f"http-paths-{free_port()}") as procs:
         url = procs.sim("sim", free_port(), "--zero-latency")
         wait_health(url, 20)
         if len(os.sched_getaffinity(0)) > 1:  # the client on one core, the server on another
             os.sched_setaffinity(procs.children["sim"].pid, {max(os.sched_getaffinity(0))})
             os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-        rows = asyncio.run(main_async(url, a.requests, a.inflight, a.rounds))
-    print(f"{a.requests} step-1 forwards per path and round, {a.inflight} in flight, median of {a.rounds} rounds")
+        rows = asyncio.run(main_async(url, args.requests, args.inflight, args.rounds))
+    print(
+        f"{args.requests} step-1 forwards per path and round, {args.inflight} in flight, median of {args.rounds} rounds"
+    )
     print(table(["path", "CPU ms per forward", "x aiohttp"], rows))
 
 

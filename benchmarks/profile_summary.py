@@ -49,17 +49,20 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=6, help="busiest threads shown in detail")
     ap.add_argument("--rate", type=float, default=50, help="the recording's samples per second")
     ap.add_argument("--seconds", type=float, help="the recording's length (for the busy column)")
-    a = ap.parse_args()
-    per_thread, self_, incl = parse(a.profile.read_text())
-    span = a.seconds or 1.0
-    print(table(["process / thread", "samples", "busy (cores)" if a.seconds else "-"],
-                [[k, n, n / a.rate / span if a.seconds else "-"] for k, n in per_thread.most_common()]))  # fmt: skip
-    for key, n in per_thread.most_common(a.threads):
+    args = ap.parse_args()
+    per_thread, self_, incl = parse(args.profile.read_text())
+    span = args.seconds or 1.0
+    busy = "busy (cores)" if args.seconds else "-"
+    thread_rows = [[k, n, n / args.rate / span if args.seconds else "-"] for k, n in per_thread.most_common()]
+    print(table(["process / thread", "samples", busy], thread_rows))
+    for key, n in per_thread.most_common(args.threads):
         print(f"\n## {key}: {n} samples")
-        top_self = self_.get(key, Counter()).most_common(a.top)
+        top_self = self_.get(key, Counter()).most_common(args.top)
         rows = [[f[:110], c, 100 * c / n, incl[key][f] * 100 / n] for f, c in top_self]
         print(table(["self function", "samples", "self %", "inclusive %"], rows))
-        top_incl = [[f[:110], 100 * c / n] for f, c in incl[key].most_common(a.top * 3) if 100 * c / n < 99][: a.top]
+        top_incl = [[f[:110], 100 * c / n] for f, c in incl[key].most_common(args.top * 3) if 100 * c / n < 99][
+            : args.top
+        ]
         print(table(["inclusive function", "%"], top_incl))
 
 

@@ -30,7 +30,7 @@ REACH = {1: 1.0, 2: 0.61, 3: 0.40}  # share of the pool's items each step sees
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--items", type=int, default=100_000)
-    a = ap.parse_args()
+    args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d, Procs(Path(d) / "logs") as procs:
         store = Store(Path(d) / "results", P.fingerprint, P.model_dump(mode="json"))
         store.claim()
@@ -39,17 +39,17 @@ def main() -> None:
         assert screen is not None
         used = lambda: int(conn.info("memory")["used_memory"]) / 2**20  # noqa: E731
         base, rows = used(), []
-        ids = [f"benchmark-{i % 139:03d}/item-{i:07d}" for i in range(a.items)]  # ids as long as real ones
+        ids = [f"benchmark-{i % 139:03d}/item-{i:07d}" for i in range(args.items)]  # ids as long as real ones
         for step, share in REACH.items():
-            n = int(a.items * share)
+            n = int(args.items * share)
             chunk = 64 if step == 1 else max(1, round(64 * share))  # a follow-up holds one parent's survivors
             before = used()
             jobs = screen.enqueue_chunks(step, ids[:n], chunk)
             rows.append([f"step {step}", n, jobs, used() - before])
         total = used() - base
-        rows.append(["all steps", a.items, sum(r[2] for r in rows), total])
+        rows.append(["all steps", args.items, sum(r[2] for r in rows), total])
         print(table(["jobs of", "items", "jobs", "Redis MB"], rows))
-        print(f"{total / a.items * 100_000:.1f} MB of Redis memory per 100,000 items of the pool")
+        print(f"{total / args.items * 100_000:.1f} MB of Redis memory per 100,000 items of the pool")
 
 
 if __name__ == "__main__":

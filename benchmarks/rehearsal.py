@@ -52,9 +52,9 @@ def main() -> None:
     ap.add_argument("--speed", type=float, default=Config.speed)
     ap.add_argument("--workers", type=int, default=Config.workers, help="workers per model")
     ap.add_argument("--workdir", type=Path, help="default: a temporary folder")
-    a = ap.parse_args()
-    work = a.workdir or Path(tempfile.mkdtemp(prefix="rehearsal-"))
-    rep = run_rehearsal(Config(items=a.items, speed=a.speed, workers=a.workers), work)
+    args = ap.parse_args()
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="rehearsal-"))
+    rep = run_rehearsal(Config(items=args.items, speed=args.speed, workers=args.workers), work)
     print_report(rep)
     if not (rep.complete and rep.audit_ok and rep.pack_ok):
         print(rep.audit_tail, file=sys.stderr)

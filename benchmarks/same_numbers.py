@@ -59,10 +59,10 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=16, help="requests (the first order of n items)")
     ap.add_argument("--skip", type=int, default=0, help="leave the pool's first N items out (in a server's cache)")
     ap.add_argument("--root", type=Path, help="package root (a synthetic pool is generated if absent)")
-    a = ap.parse_args()
-    root = a.root or Path(tempfile.mkdtemp(prefix="pool-same-")) / "root"
-    res = compare(a.step, a.a, a.b, root, a.n, a.skip)
-    print(f"step {a.step}: {a.b} against {a.a}")
+    args = ap.parse_args()
+    root = args.root or Path(tempfile.mkdtemp(prefix="pool-same-")) / "root"
+    res = compare(args.step, args.a, args.b, root, args.n, args.skip)
+    print(f"step {args.step}: {args.b} against {args.a}")
     print(table(list(res), [list(res.values())]))
 
 

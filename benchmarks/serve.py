@@ -30,16 +30,16 @@ def main() -> None:
     ap.add_argument("--probe", action="store_true", help="leave out flags the installed vLLM does not know")
     argv_in = sys.argv[1:]
     cut = argv_in.index("--") if "--" in argv_in else len(argv_in)
-    a = ap.parse_args(argv_in[:cut])
+    args = ap.parse_args(argv_in[:cut])
     extra = argv_in[cut + 1 :]  # after --: more vLLM arguments
-    s = load_settings()  # MAX_SEQS, GPU_UTIL, VLLM from the environment, as for pool-launch
-    srv = Server(0, os.environ.get("CUDA_VISIBLE_DEVICES", "0"), P.model_group(a.step), a.port)
-    tuning = Tuning.for_cores(cores_per_server(a.servers), s.api_servers, s.renderer_workers)
-    known = vllm_flags(s.vllm) if a.probe else None
-    argv = server_argv(s, P, srv, a.model_path, False, tuning, known) + extra
+    settings = load_settings()  # MAX_SEQS, GPU_UTIL, VLLM from the environment, as for pool-launch
+    srv = Server(0, os.environ.get("CUDA_VISIBLE_DEVICES", "0"), P.model_group(args.step), args.port)
+    tuning = Tuning.for_cores(cores_per_server(args.servers), settings.api_servers, settings.renderer_workers)
+    known = vllm_flags(settings.vllm) if args.probe else None
+    argv = server_argv(settings, P, srv, args.model_path, False, tuning, known) + extra
     env = server_env(srv, False, tuning)
     print(" ".join(f"{k}={v}" for k, v in env.items() if k == "OMP_NUM_THREADS"), shlex.join(argv), flush=True)
-    if not a.dry_run:
+    if not args.dry_run:
         os.execvpe(argv[0], argv, {**os.environ, **env})
 
 

@@ -54,14 +54,14 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--inflight", type=int, default=32)
-    a = ap.parse_args()
+    args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d, Procs(Path(d)) as procs:
         url = procs.sim("sim", free_port(), "--zero-latency")
         wait_health(url, 20)
         pid = procs.children["sim"].pid
         q: mp.Queue = mp.Queue()
         cpu0, t0 = cpu_seconds(pid), time.perf_counter()
-        ps = [mp.Process(target=client, args=(url, a.seconds, a.inflight, q)) for _ in range(a.clients)]
+        ps = [mp.Process(target=client, args=(url, args.seconds, args.inflight, q)) for _ in range(args.clients)]
         for p in ps:
             p.start()
         n = sum(q.get() for _ in ps)
@@ -71,7 +71,7 @@ def main() -> None:
     print(
         table(
             ["clients", "in flight", "requests", "req/s", "sim CPU s", "req per sim CPU-s"],
-            [[a.clients, a.clients * a.inflight, n, n / wall, cpu, n / cpu]],
+            [[args.clients, args.clients * args.inflight, n, n / wall, cpu, n / cpu]],
         )
     )
 

@@ -245,28 +245,30 @@ async def send_all(port: int, mode: str, groups: list[list[bytes]], conc: int) -
         return time.perf_counter() - t0, errors
 
 
-def cmd_run(a: argparse.Namespace) -> None:
-    root = int(Path(a.pid_file or f"/root/vllm-{a.port}.pid").read_text())
-    k = 1 if a.mode == "distinct" else a.k
+def cmd_run(args: argparse.Namespace) -> None:
+    root = int(Path(args.pid_file or f"/root/vllm-{args.port}.pid").read_text())
+    k = 1 if args.mode == "distinct" else args.k
     t = time.perf_counter()
-    groups = build(a.items // k, k, a.salt, a.uuid, a.no_resend)
+    groups = build(args.items // k, k, args.salt, args.uuid, args.no_resend)
     built = time.perf_counter() - t
     prof = None
-    if a.profile:
-        out = Path(a.profile_out or f"/root/prof-{a.label}.txt")
-        spy = [a.py_spy, "record", "--pid", str(root), "--subprocesses", *(["--native"] if a.native else []),
-               "--threads", "--format", "raw", "--rate", str(a.rate), "--duration", str(a.profile),
+    if args.profile:
+        out = Path(args.profile_out or f"/root/prof-{args.label}.txt")
+        spy = [args.py_spy, "record", "--pid", str(root), "--subprocesses", *(["--native"] if args.native else []),
+               "--threads", "--format", "raw", "--rate", str(args.rate), "--duration", str(args.profile),
                "--output", str(out)]  # fmt: skip
         prof = subprocess.Popen(spy, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         time.sleep(1.0)  # py-spy attaches to every process first
-    m0, c0 = metrics(a.port), cpu_by_kind(root)
+    m0, c0 = metrics(args.port), cpu_by_kind(root)
     g = GpuSampler()
     g.start()
-    wall, errors = asyncio.run(send_all(a.port, "serial" if a.mode == "serial" else "adjacent", groups, a.conc))
+    wall, errors = asyncio.run(
+        send_all(args.port, "serial" if args.mode == "serial" else "adjacent", groups, args.conc)
+    )
     g.stop = True
-    m1, c1 = metrics(a.port), cpu_by_kind(root)
+    m1, c1 = metrics(args.port), cpu_by_kind(root)
     if prof is not None:
-        _, err = prof.communicate(timeout=a.profile + 120)
+        _, err = prof.communicate(timeout=args.profile + 120)
         if prof.returncode:
             print(f"py-spy exited {prof.returncode}: {err[-500:]}", file=sys.stderr)
     n = sum(len(x) for x in groups)
@@ -274,16 +276,17 @@ def cmd_run(a: argparse.Namespace) -> None:
     q = next((v for key, v in d.items() if "prefix_cache_queries" in key), 0)
     h = next((v for key, v in d.items() if "prefix_cache_hits" in key), 0)
     cpu = {key: round(1000 * (c1.get(key, 0) - c0.get(key, 0)) / n, 1) for key in c1}
-    rec = {"label": a.label, "port": a.port, "mode": a.mode, "k": k, "uuid": a.uuid, "no_resend": a.no_resend,
-           "items": n, "wall_s": round(wall, 2), "items_per_s": round(n / wall, 2), "build_s": round(built, 1),
+    rec = {"label": args.label, "port": args.port, "mode": args.mode, "k": k, "uuid": args.uuid,
+           "no_resend": args.no_resend, "items": n, "wall_s": round(wall, 2), "items_per_s": round(n / wall, 2),
+           "build_s": round(built, 1),
            "gpu_busy": round(sum(g.vals) / max(1, len(g.vals)), 1), "prefix_hit": round(h / q, 3) if q else None,
            "cpu_ms_per_item": cpu, "cpu_ms_per_item_total": round(sum(cpu.values()), 1),
            "prompt_tokens_per_item": round(d.get("vllm:prompt_tokens_total", 0) / n, 1),
-           "profiled_s": a.profile or 0, "errors": len(errors),
+           "profiled_s": args.profile or 0, "errors": len(errors),
            "first_error": errors[0] if errors else None}  # fmt: skip
     print(json.dumps(rec), flush=True)
-    if a.out:
-        with open(a.out, "a") as f:
+    if args.out:
+        with open(args.out, "a") as f:
             f.write(json.dumps(rec) + "\n")
 
 
@@ -297,28 +300,28 @@ def top20(c: httpx.Client, port: int, b: bytes) -> list[tuple[str, float]]:
     return [(t["token"], t["logprob"]) for t in lp]
 
 
-def cmd_same(a: argparse.Namespace) -> None:
+def cmd_same(args: argparse.Namespace) -> None:
     """Each video's first item, then a sibling, one request at a time: A plain, B in its shape."""
-    videos = a.n // 2
-    plain = build(videos, 2, a.salt, False, False)
-    shaped = build(videos, 2, a.salt, a.b_uuid, a.b_no_resend)
+    videos = args.n // 2
+    plain = build(videos, 2, args.salt, False, False)
+    shaped = build(videos, 2, args.salt, args.b_uuid, args.b_no_resend)
     same = firsts = sibs = 0
     max_d = 0.0
     with httpx.Client(timeout=300) as c:
         for gp, gs in zip(plain, shaped, strict=True):
             for j, (bp, bs) in enumerate(zip(gp, gs, strict=True)):
-                ta, tb = top20(c, a.a, bp), top20(c, a.b, bs)
+                ta, tb = top20(c, args.a, bp), top20(c, args.b, bs)
                 ok = ta == tb
                 same += ok
                 firsts += ok and j == 0
                 sibs += ok and j > 0
                 da, db = dict(ta), dict(tb)
                 max_d = max([max_d, *(abs(da[x] - db[x]) for x in da.keys() & db.keys())])
-    rec = {"a": a.a, "b": a.b, "b_uuid": a.b_uuid, "b_no_resend": a.b_no_resend, "requests": 2 * videos,
+    rec = {"a": args.a, "b": args.b, "b_uuid": args.b_uuid, "b_no_resend": args.b_no_resend, "requests": 2 * videos,
            "identical_top20": same, "firsts": firsts, "siblings": sibs, "max_abs_d_logprob": max_d}  # fmt: skip
     print(json.dumps(rec), flush=True)
-    if a.out:
-        with open(a.out, "a") as f:
+    if args.out:
+        with open(args.out, "a") as f:
             f.write(json.dumps(rec) + "\n")
 
 
@@ -348,59 +351,62 @@ def parts(text: str) -> dict[str, Counter[str]]:
     return out
 
 
-def cmd_parts(a: argparse.Namespace) -> None:
-    raw = Path(a.profile).read_bytes()
+def cmd_parts(args: argparse.Namespace) -> None:
+    raw = Path(args.profile).read_bytes()
     text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode(errors="replace")
     for k, c in sorted(parts(text).items()):
         n = sum(c.values())
         print(f"## {k}: {n} samples")
         for name, v in c.most_common():
             print(f"  {name:32s} {v:7d}  {100 * v / n:5.1f} %")
-    if a.unclassified:
+    if args.unclassified:
         top: Counter[str] = Counter()
         for line in text.splitlines():
             stack, _, count = line.rpartition(" ")
             fs = [f for f in stack.split(";") if not f.startswith(("process ", "thread "))]
             if count.isdigit() and fs and part_of(fs) is None:
                 top[fs[-1][:120]] += int(count)
-        for f, v in top.most_common(a.unclassified):
+        for f, v in top.most_common(args.unclassified):
             print(f"  unclassified leaf {v:6d}  {f}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run")
-    r.add_argument("--port", type=int, required=True)
-    r.add_argument("--label", required=True)
-    r.add_argument("--pid-file", help="the server's pid (default: /root/vllm-PORT.pid, as benchmarks/h200.sh writes)")
-    r.add_argument("--mode", choices=("distinct", "adjacent", "serial"), default="adjacent")
-    r.add_argument("--k", type=int, default=3)
-    r.add_argument("--items", type=int, default=300)
-    r.add_argument("--conc", type=int, default=64)
-    r.add_argument("--uuid", action="store_true")
-    r.add_argument("--no-resend", action="store_true")
-    r.add_argument("--profile", type=int, default=0, help="py-spy --native for this many seconds")
-    r.add_argument("--profile-out")
-    r.add_argument("--rate", type=int, default=40)
-    r.add_argument("--py-spy", default="/tmp/ours/bin/py-spy")
-    r.add_argument("--no-native", dest="native", action="store_false", help="Python frames only (py-spy --native "
-                   "crashed with SIGSEGV on the Firecracker H100 of 2026-12-05)")  # fmt: skip
-    r.add_argument("--salt", type=int, default=int(time.time() * 1000) % 1_000_000)
-    r.add_argument("--out")
-    s = sub.add_parser("same")
-    s.add_argument("--a", type=int, required=True)
-    s.add_argument("--b", type=int, required=True)
-    s.add_argument("--b-uuid", action="store_true")
-    s.add_argument("--b-no-resend", action="store_true")
-    s.add_argument("--n", type=int, default=8)
-    s.add_argument("--salt", type=int, default=int(time.time() * 1000) % 1_000_000 + 7)
-    s.add_argument("--out")
-    p = sub.add_parser("parts")
-    p.add_argument("profile")
-    p.add_argument("--unclassified", type=int, default=0, help="show the top N unclassified leaves")
-    a = ap.parse_args()
-    {"run": cmd_run, "same": cmd_same, "parts": cmd_parts}[a.cmd](a)
+    run_parser = sub.add_parser("run")
+    run_parser.add_argument("--port", type=int, required=True)
+    run_parser.add_argument("--label", required=True)
+    run_parser.add_argument(
+        "--pid-file", help="the server's pid (default: /root/vllm-PORT.pid, as benchmarks/h200.sh writes)"
+    )
+    run_parser.add_argument("--mode", choices=("distinct", "adjacent", "serial"), default="adjacent")
+    run_parser.add_argument("--k", type=int, default=3)
+    run_parser.add_argument("--items", type=int, default=300)
+    run_parser.add_argument("--conc", type=int, default=64)
+    run_parser.add_argument("--uuid", action="store_true")
+    run_parser.add_argument("--no-resend", action="store_true")
+    run_parser.add_argument("--profile", type=int, default=0, help="py-spy --native for this many seconds")
+    run_parser.add_argument("--profile-out")
+    run_parser.add_argument("--rate", type=int, default=40)
+    run_parser.add_argument("--py-spy", default="/tmp/ours/bin/py-spy")
+    run_parser.add_argument("--no-native", dest="native", action="store_false",
+                            help="Python frames only (py-spy --native crashed with SIGSEGV on the Firecracker H100 "
+                            "of 2026-12-05)")  # fmt: skip
+    run_parser.add_argument("--salt", type=int, default=int(time.time() * 1000) % 1_000_000)
+    run_parser.add_argument("--out")
+    same_parser = sub.add_parser("same")
+    same_parser.add_argument("--a", type=int, required=True)
+    same_parser.add_argument("--b", type=int, required=True)
+    same_parser.add_argument("--b-uuid", action="store_true")
+    same_parser.add_argument("--b-no-resend", action="store_true")
+    same_parser.add_argument("--n", type=int, default=8)
+    same_parser.add_argument("--salt", type=int, default=int(time.time() * 1000) % 1_000_000 + 7)
+    same_parser.add_argument("--out")
+    parts_parser = sub.add_parser("parts")
+    parts_parser.add_argument("profile")
+    parts_parser.add_argument("--unclassified", type=int, default=0, help="show the top N unclassified leaves")
+    args = ap.parse_args()
+    {"run": cmd_run, "same": cmd_same, "parts": cmd_parts}[args.cmd](args)
 
 
 if __name__ == "__main__":

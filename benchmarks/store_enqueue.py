@@ -98,14 +98,14 @@ def fake_items(n: int) -> ItemSet:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--items", type=int, default=300_000)
-    a = ap.parse_args()
+    args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as d:
         store = Store(Path(d) / "results", P.fingerprint)
         writers = [store.writer(1, f"w{k}") for k in range(16)]
         t0 = time.perf_counter()
-        for b in range(0, a.items, 64):
-            writers[(b // 64) % 16].write([fake_row(i) for i in range(b, min(a.items, b + 64))])
+        for b in range(0, args.items, 64):
+            writers[(b // 64) % 16].write([fake_row(i) for i in range(b, min(args.items, b + 64))])
         t_write = time.perf_counter() - t0
         size = sum(p.stat().st_size for p in store.segments(1)) / 2**20
         t0 = time.perf_counter()
@@ -116,31 +116,31 @@ def main() -> None:
         t_warm = time.perf_counter() - t0
         rows.append(["done-set read, cold (JSONL)", n_cold, t_cold])
         rows.append(["done-set read, indexed", n_warm, t_warm])
-        rows.append([f"write rows (64/fsync), {size:.0f} MB", a.items, t_write])
+        rows.append([f"write rows (64/fsync), {size:.0f} MB", args.items, t_write])
         with Procs(Path(d) / "logs") as procs:
             conn = Redis.from_url(procs.redis(free_port(), Path(d) / "redis"))
             screen = screen_of(store, conn)
             assert screen is not None  # the writers stamped the root
-            ids = [f"item-{i:07d}" for i in range(a.items)]
+            ids = [f"item-{i:07d}" for i in range(args.items)]
             t0 = time.perf_counter()
             jobs = screen.enqueue_chunks(1, ids, 64)
-            rows.append([f"enqueue ({jobs} jobs of 64)", a.items, time.perf_counter() - t0])
+            rows.append([f"enqueue ({jobs} jobs of 64)", args.items, time.perf_counter() - t0])
             t0 = time.perf_counter()
             again = screen.enqueue_chunks(1, ids, 64)
-            rows.append([f"enqueue again ({again} new jobs)", a.items, time.perf_counter() - t0])
+            rows.append([f"enqueue again ({again} new jobs)", args.items, time.perf_counter() - t0])
             rows.append([f"Redis memory MB: {int(conn.info('memory')['used_memory']) / 2**20:.0f}", jobs, 0.0])
-            items = fake_items(a.items)
+            items = fake_items(args.items)
             t0 = time.perf_counter()
             reader = StatusReader(items, Store(store.root, P.fingerprint), Path(d) / "frames", conn, P)
             reader.read()
-            rows.append(["pool-status, first read", a.items, time.perf_counter() - t0])
-            writers[0].write([fake_row(i) for i in range(a.items, a.items + 64)])
+            rows.append(["pool-status, first read", args.items, time.perf_counter() - t0])
+            writers[0].write([fake_row(i) for i in range(args.items, args.items + 64)])
             t0 = time.perf_counter()
             reader.read()
-            rows.append(["pool-status, live refresh", a.items, time.perf_counter() - t0])
+            rows.append(["pool-status, live refresh", args.items, time.perf_counter() - t0])
         t0 = time.perf_counter()
         write_report(Store(store.root, P.fingerprint), items, P, Path(d) / "report")
-        rows.append(["pool-report (Markdown + 3 PNG)", a.items, time.perf_counter() - t0])
+        rows.append(["pool-report (Markdown + 3 PNG)", args.items, time.perf_counter() - t0])
         t0 = time.perf_counter()
         audit = run_audit(store.root, P, items, Path(d) / "frames", show=False)
         rows.append([f"pool-audit ({len(audit.problems)} problems)", audit.rows, time.perf_counter() - t0])

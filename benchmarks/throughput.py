@@ -108,7 +108,13 @@ class GpuSampler(threading.Thread):
 
 
 def system(
-    url: str, root: Path, step: int, items: list[dict[str, Any]], a: argparse.Namespace, procs: Procs, gpu: GpuSampler
+    url: str,
+    root: Path,
+    step: int,
+    items: list[dict[str, Any]],
+    args: argparse.Namespace,
+    procs: Procs,
+    gpu: GpuSampler,
 ) -> dict[str, float]:
     redis_url = procs.redis(free_port(), root.parent / "redis")
     results = root / "results" / f"bench-step{step}-{int(time.time())}"
@@ -120,9 +126,9 @@ def system(
     screen.enqueue_chunks(step, [it["item_id"] for it in items], 64, videos=[it["video_id"] for it in items])
     before, tokens_before = resource.getrusage(resource.RUSAGE_CHILDREN), server_prompt_tokens(url)
     argv = [sys.executable, "-m", "workers.main", "--server", url, "--steps", str(step), "--burst"]
-    argv += ["--inflight", str(a.inflight), *common]
-    env = {"POOL_VIDEO_SEND": a.video_send}
-    ws = [procs.start(f"bench-w{i}", [*argv, "--name", f"bench-w{i}"], env=env) for i in range(a.workers)]
+    argv += ["--inflight", str(args.inflight), *common]
+    env = {"POOL_VIDEO_SEND": args.video_send}
+    ws = [procs.start(f"bench-w{i}", [*argv, "--name", f"bench-w{i}"], env=env) for i in range(args.workers)]
     for w in ws:
         w.wait()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -182,16 +188,16 @@ def main() -> None:
     ap.add_argument("--root", type=Path, help="package root (a synthetic pool is generated if absent)")
     ap.add_argument("--out", type=Path, help="append a JSON line with the numbers and settings")
     ap.add_argument("--label", default="", help="names the server configuration in the JSON line")
-    a = ap.parse_args()
+    args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="pool-bench-"))
-    root = a.root or base / "root"
-    n = a.skip + a.items + a.ceiling_items
-    items = pool_items(root, a.step, n, a.videos, a.per_video, a.real_frames)[a.skip :]
-    ceiling_items, system_items = items[: a.ceiling_items], items[a.ceiling_items :][: a.items]
+    root = args.root or base / "root"
+    n = args.skip + args.items + args.ceiling_items
+    items = pool_items(root, args.step, n, args.videos, args.per_video, args.real_frames)[args.skip :]
+    ceiling_items, system_items = items[: args.ceiling_items], items[args.ceiling_items :][: args.items]
     with Procs(base / "logs") as procs:
-        url = a.server
-        if a.sim:
-            profile = "qwen3-vl-2b" if a.step == 3 else "qwen3-vl-8b"
+        url = args.server
+        if args.sim:
+            profile = "qwen3-vl-2b" if args.step == 3 else "qwen3-vl-8b"
             url = procs.sim("sim", free_port(), "--profile", profile, "--max-num-seqs", "256")
         assert url, "give --server URL or --sim"
         wait_health(url, 600)
@@ -200,13 +206,16 @@ def main() -> None:
         ceil = None
         if ceiling_items:
             t_c, c0 = time.time(), server_cache(url)
-            ceil = ceiling(url, root, a.step, ceiling_items, a.procs, a.conc)
+            ceil = ceiling(url, root, args.step, ceiling_items, args.procs, args.conc)
             busy, c1 = gpu.busy(t_c, time.time()), server_cache(url)
             ceil["gpu_busy"] = -1.0 if busy is None else busy
             ceil["prefix_hit"] = (c1[1] - c0[1]) / (c1[0] - c0[0]) if c1[0] > c0[0] else -1.0
-        sys_ = system(url, root, a.step, system_items, a, procs, gpu) if system_items else None
+        sys_ = system(url, root, args.step, system_items, args, procs, gpu) if system_items else None
         gpu.stop.set()
-    print(f"step {a.step} against {url}: plain client {a.procs} x {a.conc}, system {a.workers} x {a.inflight}")
+    print(
+        f"step {args.step} against {url}: plain client {args.procs} x {args.conc}, "
+        f"system {args.workers} x {args.inflight}"
+    )
     rows: list[list[object]] = []
     if ceil is not None:
         rows.append(["plain client", ceil["forwards"], ceil["errors"], ceil["wall"], ceil["fwd_s"], ceil["tok_s"],
@@ -218,11 +227,11 @@ def main() -> None:
                      sys_["gpu_busy"], sys_["prefix_hit"], sys_["cpu_ms_per_fwd"], pct or "-"])  # fmt: skip
     print(table(["run", "forwards", "errors", "wall s", "fwd/s", "prompt tok/s", "GPU busy %", "cache hits",
                  "CPU ms/fwd", "% of ceiling"], rows))  # fmt: skip
-    if a.out:
-        rec = {"step": a.step, "server": url, "label": a.label, "ceiling": ceil, "system": sys_,
+    if args.out:
+        rec = {"step": args.step, "server": url, "label": args.label, "ceiling": ceil, "system": sys_,
                "pct_of_ceiling": pct,
-               "settings": {k: v for k, v in vars(a).items() if k not in ("root", "out")}}  # fmt: skip
-        with a.out.open("a") as f:
+               "settings": {k: v for k, v in vars(args).items() if k not in ("root", "out")}}  # fmt: skip
+        with args.out.open("a") as f:
             f.write(json.dumps(rec, default=str) + "\n")
 
 

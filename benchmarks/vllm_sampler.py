@@ -53,15 +53,15 @@ def main() -> None:
     ap.add_argument("file", help="appended to, one line a sample: time, vLLM CPU s, engine-core CPU s, GPU busy %%")
     ap.add_argument("--interval", type=float, default=1.0)
     ap.add_argument("--count", type=int, default=0, help="stop after this many lines (0: until killed)")
-    a = ap.parse_args()
+    args = ap.parse_args()
     busy = gpu_busy()
     n = 0
-    with open(a.file, "a", buffering=1) as out:
-        while not a.count or n < a.count:
+    with open(args.file, "a", buffering=1) as out:
+        while not args.count or n < args.count:
             cpu, engine = vllm_cpu()
             out.write(f"{time.time():.2f} {cpu:.2f} {engine:.2f} {busy():.0f}\n")
             n += 1
-            time.sleep(a.interval)
+            time.sleep(args.interval)
 
 
 if __name__ == "__main__":

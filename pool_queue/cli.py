@@ -97,9 +97,9 @@ def exe(name: str) -> str:
     return str(ours.relative_to(Path.cwd())) if ours.is_relative_to(Path.cwd()) else str(ours)
 
 
-def load_protocol(s: Settings) -> Protocol:
+def load_protocol(settings: Settings) -> Protocol:
     """The protocol in force (built-in v1 or --protocol-file); a broken file raises ProtocolError."""
-    return Protocol.load(s.protocol_file)
+    return Protocol.load(settings.protocol_file)
 
 
 def reports_errors(main: Callable[P, None]) -> Callable[P, None]:

@@ -12,31 +12,35 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis
 
-from .cli import fail, settings
+from .cli import fail
+from .cli import settings as cli_settings
 from .settings import Settings
 
 
-def _url(s: Settings) -> str:
-    pw = s.redis_kwargs().get("password")
-    u = urlsplit(s.redis_url)
+def _url(settings: Settings) -> str:
+    pw = settings.redis_kwargs().get("password")
+    u = urlsplit(settings.redis_url)
     if not pw or "@" in u.netloc:  # a password in the URL itself wins, as for pool-*
-        return s.redis_url
+        return settings.redis_url
     return urlunsplit(u._replace(netloc=f":{quote(pw, safe='')}@{u.netloc}"))
 
 
-def _answers(s: Settings) -> None:
+def _answers(settings: Settings) -> None:
     """Exit 2 with one line when no Redis answers at the URL in force."""
     try:
-        redis.Redis.from_url(s.redis_url, socket_connect_timeout=3, socket_timeout=3, **s.redis_kwargs()).ping()
+        redis.Redis.from_url(
+            settings.redis_url, socket_connect_timeout=3, socket_timeout=3, **settings.redis_kwargs()
+        ).ping()
     except redis.AuthenticationError:
         return  # RQ says so itself; the password is the user's to fix, not the address
     except redis.RedisError as e:
-        src = s.origin("redis_url")
+        src = settings.origin("redis_url")
         where = str(src) if src else "the default (no REDIS_URL in the environment or a .env file)"
-        fail(s.demo_gone() or f"no Redis answers at {s.redis_where()} ({e}); its URL is {where}: start that Redis, or "
-             "point REDIS_URL at a running one")  # fmt: skip
+        fail(settings.demo_gone() or f"no Redis answers at {settings.redis_where()} ({e}); its URL is {where}: "
+             "start that Redis, or point REDIS_URL at a running one")  # fmt: skip
 
 
-_settings = settings(argparse.Namespace(root=None, results=None, redis_url=None, protocol_file=None))  # bad: one line
+# bad: one line
+_settings = cli_settings(argparse.Namespace(root=None, results=None, redis_url=None, protocol_file=None))
 _answers(_settings)
 REDIS_URL = _url(_settings)

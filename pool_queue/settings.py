@@ -374,19 +374,19 @@ def demo_env_root(env: Path) -> Path | None:
     return Path(root) if root else None
 
 
-def url_from_file(s: Settings) -> tuple[Settings, str | None]:
+def url_from_file(settings: Settings) -> tuple[Settings, str | None]:
     """The settings with the Redis URL that POOL_REDIS_URL_FILE holds now, where no REDIS_URL is given (flag,
     environment or .env), and why there is none to use yet (no file, or not a Redis URL)."""
-    f = s.redis_url_file
-    if f is None or "redis_url" in s.model_fields_set:
-        return s, None
+    f = settings.redis_url_file
+    if f is None or "redis_url" in settings.model_fields_set:
+        return settings, None
     try:
         url = check_redis_url(f.read_text().strip())
     except OSError:
-        return s, f"no Redis address in {f} yet (the Redis job writes it)"
+        return settings, f"no Redis address in {f} yet (the Redis job writes it)"
     except ValueError as e:
-        return s, f"{f}: {e}"
-    return s.model_copy(update={"redis_url": url}), None
+        return settings, f"{f}: {e}"
+    return settings.model_copy(update={"redis_url": url}), None
 
 
 def default_root() -> Path:
@@ -419,11 +419,11 @@ def load_settings(**overrides: Any) -> Settings:
     (a flag over the environment over the `.env` file), so `--root B` never screens against the store
     that a `.env` left for root A."""
     given = {k: v for k, v in overrides.items() if v is not None}
-    s = Settings(_env_file=env_file(), **given)  # type: ignore[call-arg]
-    if s.results is not None and _explicitness("results", given) < _explicitness("root", given):
-        s = s.model_copy(update={"results": None})
-    s._flags = given
-    return s
+    settings = Settings(_env_file=env_file(), **given)  # type: ignore[call-arg]
+    if settings.results is not None and _explicitness("results", given) < _explicitness("root", given):
+        settings = settings.model_copy(update={"results": None})
+    settings._flags = given
+    return settings
 
 
 def _explicitness(name: str, flags: dict[str, Any]) -> int:

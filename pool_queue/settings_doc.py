@@ -137,16 +137,16 @@ def main(argv: list[str] | None = None) -> None:
     p: argparse.ArgumentParser = Parser(prog="python -m pool_queue.settings_doc", description=__doc__)
     p.add_argument("page", type=Path, help="the Markdown page holding the markers (docs/deployment.md)")
     p.add_argument("--check", action="store_true", help="rewrite nothing; exit 1 when the page is not current")
-    a = p.parse_args(argv)
-    page = a.page.read_text(encoding="utf-8")
-    made = current(page, a.page)
+    args = p.parse_args(argv)
+    page = args.page.read_text(encoding="utf-8")
+    made = current(page, args.page)
     if made == page:
         return
-    if a.check:
-        print(f"{a.page}: the settings reference is not current; run `make docs`", file=sys.stderr)
+    if args.check:
+        print(f"{args.page}: the settings reference is not current; run `make docs`", file=sys.stderr)
         raise SystemExit(1)
-    a.page.write_text(made, encoding="utf-8")
-    print(f"{a.page}: settings reference rewritten")
+    args.page.write_text(made, encoding="utf-8")
+    print(f"{args.page}: settings reference rewritten")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import sys
 
-from ..cli import add_allow_missing_frames, parser, reports_errors, settings
+from ..cli import add_allow_missing_frames, parser, reports_errors
+from ..cli import settings as cli_settings
 from ..observe.audit import audit_results, summary
 
 
@@ -21,7 +22,9 @@ def main(argv: list[str] | None = None) -> None:
     p = parser("pool-audit", __doc__ or "")
     p.add_argument("--complete", action="store_true", help="an unfinished step is a problem, not a warning")
     add_allow_missing_frames(p)
-    a = p.parse_args(argv)
-    result = audit_results(settings(a, allow_missing_frames=a.allow_missing_frames or None), complete=a.complete)
+    args = p.parse_args(argv)
+    result = audit_results(
+        cli_settings(args, allow_missing_frames=args.allow_missing_frames or None), complete=args.complete
+    )
     print(summary(result))
     sys.exit(1 if result.problems else 0)

@@ -44,11 +44,22 @@ def main(argv: list[str] | None = None) -> None:
         help="output not on a terminal: a line this often",
     )
     add_allow_missing_frames(p)
-    a = p.parse_args(argv)
+    args = p.parse_args(argv)
     con = Console()
     interrupt_on_stop_signals()
     try:
-        run_demo(Demo(a.root, a.items, a.videos, a.speed, a.fresh, a.allow_missing_frames, a.progress_every), con)
+        run_demo(
+            Demo(
+                args.root,
+                args.items,
+                args.videos,
+                args.speed,
+                args.fresh,
+                args.allow_missing_frames,
+                args.progress_every,
+            ),
+            con,
+        )
     except KeyboardInterrupt as e:  # every process was stopped on the way out; the rows stay
         with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
             con.print("interrupted: the demo's processes are stopped; its rows stay, and `pool-demo` resumes them")

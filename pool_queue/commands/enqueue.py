@@ -12,7 +12,8 @@ not `k:` have no folder in a frame cache that is absent, empty or short of its m
 
 from __future__ import annotations
 
-from ..cli import add_allow_missing_frames, load_protocol, number, parser, reports_errors, settings
+from ..cli import add_allow_missing_frames, load_protocol, number, parser, reports_errors
+from ..cli import settings as cli_settings
 from ..jobs.steps import run_steps
 
 
@@ -25,10 +26,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--limit", type=number(int, 1), help="enqueue at most this many items")
     p.add_argument("--retry-failed", action="store_true", help="run the items of failed jobs again")
     add_allow_missing_frames(p)
-    a = p.parse_args(argv)
-    s = settings(a, chunk_size=a.chunk_size, allow_missing_frames=a.allow_missing_frames or None)
-    protocol = load_protocol(s)
-    steps = sorted(protocol.steps) if a.step == "all" else [int(a.step)] if a.step.isdigit() else []
+    args = p.parse_args(argv)
+    settings = cli_settings(args, chunk_size=args.chunk_size, allow_missing_frames=args.allow_missing_frames or None)
+    protocol = load_protocol(settings)
+    steps = sorted(protocol.steps) if args.step == "all" else [int(args.step)] if args.step.isdigit() else []
     if not steps or not set(steps) <= set(protocol.steps):
-        p.error(f"--step {a.step}: choose one of {', '.join(map(str, sorted(protocol.steps)))} or all")
-    run_steps(s, protocol, steps, a.plan_only, limit=a.limit, retry_failed=a.retry_failed, label=a.step == "all")
+        p.error(f"--step {args.step}: choose one of {', '.join(map(str, sorted(protocol.steps)))} or all")
+    run_steps(
+        settings,
+        protocol,
+        steps,
+        args.plan_only,
+        limit=args.limit,
+        retry_failed=args.retry_failed,
+        label=args.step == "all",
+    )

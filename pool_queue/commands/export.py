@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..cli import exe, fail, load_protocol, output_dir, parser, reports_errors, settings
+from ..cli import exe, fail, load_protocol, output_dir, parser, reports_errors
+from ..cli import settings as cli_settings
 from ..store.export import PARQUET, export
 from ..store.store import STAMP, Store
 
@@ -19,17 +20,22 @@ from ..store.store import STAMP, Store
 def main(argv: list[str] | None = None) -> None:
     p = parser("pool-export", __doc__ or "")
     p.add_argument("--out", type=Path, required=True, help="export folder (must not be the results root)")
-    a = p.parse_args(argv)
-    s = settings(a)
-    protocol = load_protocol(s)
-    if a.out.resolve() == s.results_dir.resolve():
+    args = p.parse_args(argv)
+    settings = cli_settings(args)
+    protocol = load_protocol(settings)
+    if args.out.resolve() == settings.results_dir.resolve():
         fail("--out must differ from the results root")
-    if not (s.results_dir / STAMP).is_file():
-        fail(f"no results to export: {s.results_dir} ({s.results_named()}) holds no screen (check --root / --results)")
+    if not (settings.results_dir / STAMP).is_file():
+        fail(
+            f"no results to export: {settings.results_dir} ({settings.results_named()}) holds no screen "
+            "(check --root / --results)"
+        )
     counts = export(
-        Store(s.results_dir, protocol.fingerprint, named=s.results_named()), sorted(protocol.steps), output_dir(a.out)
+        Store(settings.results_dir, protocol.fingerprint, named=settings.results_named()),
+        sorted(protocol.steps),
+        output_dir(args.out),
     )
     for step, n in counts.items():
-        print(f"step {step}: {n} rows -> {a.out}/{PARQUET}/step{step}.parquet, "
-              f"{a.out}/results/pool/step{step}/step{step}.jsonl")  # fmt: skip
-    print(f"all steps as one table: {exe('duckdb')} -c \"select * from '{a.out}/{PARQUET}/*.parquet'\"")
+        print(f"step {step}: {n} rows -> {args.out}/{PARQUET}/step{step}.parquet, "
+              f"{args.out}/results/pool/step{step}/step{step}.jsonl")  # fmt: skip
+    print(f"all steps as one table: {exe('duckdb')} -c \"select * from '{args.out}/{PARQUET}/*.parquet'\"")

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
-from ..cli import fail, load_protocol, parser, reports_errors, settings
+from ..cli import fail, load_protocol, parser, reports_errors
+from ..cli import settings as cli_settings
 from ..hub.fetch import Hub, fetch_frames, fetch_items, fetch_models
 
 
@@ -24,20 +25,20 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--models", action="store_true", help="both models at their pinned revisions (hub cache)")
     p.add_argument("--from", dest="source", type=Path, help="a local folder with the datasets' files")
     p.add_argument("--offline", action="store_true", help="only what the hub cache holds (HF_HUB_OFFLINE=1)")
-    a = p.parse_args(argv)
-    s = settings(a)
-    everything = not (a.items or a.frames or a.models)
-    offline = a.offline or os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
-    hub = Hub(token=s.hf_token.get_secret_value() if s.hf_token else None, offline=offline)
+    args = p.parse_args(argv)
+    settings = cli_settings(args)
+    everything = not (args.items or args.frames or args.models)
+    offline = args.offline or os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+    hub = Hub(token=settings.hf_token.get_secret_value() if settings.hf_token else None, offline=offline)
     try:
-        if a.items or everything:
-            n = fetch_items(s.root, hub, a.source)
-            print(f"items: {n:,} valid items in {s.items_dir}")
-        if a.frames or everything:
-            n = fetch_frames(s.frames_tar_dir, s.frames_dir, hub, a.source)
-            print(f"frames: {n:,} video folders in {s.frames_dir} (n_videos matches the manifest)")
-        if a.models or everything:  # models always come through the hub cache (pre-fill it to run offline)
-            for name, path in fetch_models(load_protocol(s), hub).items():
+        if args.items or everything:
+            n = fetch_items(settings.root, hub, args.source)
+            print(f"items: {n:,} valid items in {settings.items_dir}")
+        if args.frames or everything:
+            n = fetch_frames(settings.frames_tar_dir, settings.frames_dir, hub, args.source)
+            print(f"frames: {n:,} video folders in {settings.frames_dir} (n_videos matches the manifest)")
+        if args.models or everything:  # models always come through the hub cache (pre-fill it to run offline)
+            for name, path in fetch_models(load_protocol(settings), hub).items():
                 print(f"model {name}: {path}")
     except LocalEntryNotFoundError as e:
         fail(f"not in the local cache and the hub is not reachable or offline mode is on: {e}")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..cli import parser, reports_errors, settings
+from ..cli import parser, reports_errors
+from ..cli import settings as cli_settings
 from ..inputs.shards import extract, verify
 
 
@@ -15,12 +16,12 @@ def main(argv: list[str] | None = None) -> None:
         "--tars", type=Path, help="folder with the shards and frames_manifest.json (default <root>/frames_tar)"
     )
     p.add_argument("--verify-only", action="store_true", help="check checksums, extract nothing")
-    a = p.parse_args(argv)
-    s = settings(a)
-    tars = a.tars or s.frames_tar_dir
-    if a.verify_only:
+    args = p.parse_args(argv)
+    settings = cli_settings(args)
+    tars = args.tars or settings.frames_tar_dir
+    if args.verify_only:
         m = verify(tars)
         print(f"{len(m.shards)} shards OK ({m.n_videos} videos)")
     else:
-        n = extract(tars, s.frames_dir)
-        print(f"extracted {n} video folders into {s.frames_dir}")
+        n = extract(tars, settings.frames_dir)
+        print(f"extracted {n} video folders into {settings.frames_dir}")

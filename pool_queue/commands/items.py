@@ -11,7 +11,8 @@ import pyarrow.csv as pacsv
 from rich.console import Console
 from rich.table import Table
 
-from ..cli import number, parser, reports_errors, settings
+from ..cli import number, parser, reports_errors
+from ..cli import settings as cli_settings
 from ..inputs.frames import unicode_form_twins
 from ..inputs.items import item_warnings, load_items
 
@@ -21,12 +22,14 @@ def main(argv: list[str] | None = None) -> None:
     p = parser("pool-items", __doc__ or "")
     p.add_argument("--report", type=Path, help="write the rejected items (item_id, source, line, reason) as CSV here")
     p.add_argument("--show", type=number(int, 0), default=50, help="rejected rows to print (default 50)")
-    a = p.parse_args(argv)
-    s = settings(a)
-    items = load_items(s.items_dir)
+    args = p.parse_args(argv)
+    settings = cli_settings(args)
+    items = load_items(settings.items_dir)
     con = Console()
     per_bench = items.items.group_by("benchmark").aggregate([("item_id", "count")]).sort_by("benchmark")
-    t = Table("benchmark", "items", title=f"{items.items.num_rows} valid of {items.n_read} read from {s.items_dir}")
+    t = Table(
+        "benchmark", "items", title=f"{items.items.num_rows} valid of {items.n_read} read from {settings.items_dir}"
+    )
     for b, n in zip(
         per_bench.column("benchmark").to_pylist(), per_bench.column("item_id_count").to_pylist(), strict=True
     ):
@@ -35,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     rej = items.rejected
     if rej.num_rows:
         r = Table("item_id", "source", "line", "reason", title=f"{rej.num_rows} rejected items")
-        for row in rej.slice(0, a.show).to_pylist():
+        for row in rej.slice(0, args.show).to_pylist():
             place = f"row {row['line']}" if row["source"].lower().endswith(".parquet") else str(row["line"])
             r.add_row(repr(row["item_id"]), row["source"], place, row["reason"])
         con.print(r)
@@ -44,14 +47,14 @@ def main(argv: list[str] | None = None) -> None:
     warn = item_warnings(items.items)
     if warn.num_rows:
         w = Table("item_id", "warning", title=f"{warn.num_rows} warnings (screened anyway; check the prompt)")
-        for row in warn.slice(0, a.show).to_pylist():
+        for row in warn.slice(0, args.show).to_pylist():
             w.add_row(repr(row["item_id"]), row["warning"])
         con.print(w)
-    twins = unicode_form_twins(items.items.column("video_id"), s.frames_dir)
+    twins = unicode_form_twins(items.items.column("video_id"), settings.frames_dir)
     for vid, folder in zip(twins.column("video_id").to_pylist(), twins.column("folder").to_pylist(), strict=True):
         con.print(f"warning: video_id {vid!a} has no frame folder, but folder {folder!a} differs from it "
                   "only by Unicode form (NFC/NFD); its items get no frame step until the folder is renamed to the id",
                   soft_wrap=True, markup=False, highlight=False)  # fmt: skip
-    if a.report is not None:
-        pacsv.write_csv(rej, a.report)
-        con.print(f"rejected items written to {a.report}")
+    if args.report is not None:
+        pacsv.write_csv(rej, args.report)
+        con.print(f"rejected items written to {args.report}")

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli import add_allow_missing_frames, fail, load_protocol, number, parser, reports_errors, settings
+from ..cli import add_allow_missing_frames, fail, load_protocol, number, parser, reports_errors
+from ..cli import settings as cli_settings
 from ..jobs.steps import run_steps
 from ..launch.bringup import LaunchRun, SimServers, launch
 from ..launch.plan import split_counts
@@ -54,27 +55,27 @@ def main(argv: list[str] | None = None) -> None:
         "--health-timeout", type=number(float, 0.0, above=True), default=1200.0, help="seconds to wait for every server"
     )
     add_allow_missing_frames(p)
-    a = p.parse_args(argv)
-    s = settings(a, allow_missing_frames=a.allow_missing_frames or None)
-    protocol = load_protocol(s)
-    _check_args(a, protocol)
-    steps = [a.step] if a.step else sorted(protocol.steps)  # a split or the whole screen: every step
-    if a.plan_only:
-        run_steps(url_from_file(s)[0], protocol, steps, plan_only=True, label=a.step is None)
+    args = p.parse_args(argv)
+    settings = cli_settings(args, allow_missing_frames=args.allow_missing_frames or None)
+    protocol = load_protocol(settings)
+    _check_args(args, protocol)
+    steps = [args.step] if args.step else sorted(protocol.steps)  # a split or the whole screen: every step
+    if args.plan_only:
+        run_steps(url_from_file(settings)[0], protocol, steps, plan_only=True, label=args.step is None)
         return
-    sim = SimServers(a.sim_speed, a.sim_warmup_s, a.sim_gpu_gib) if a.sim else None
+    sim = SimServers(args.sim_speed, args.sim_warmup_s, args.sim_gpu_gib) if args.sim else None
     folders = tuple(
-        f"--{k.replace('_', '-')} {getattr(a, k)}" for k in ("root", "results", "protocol_file") if getattr(a, k)
+        f"--{k.replace('_', '-')} {getattr(args, k)}" for k in ("root", "results", "protocol_file") if getattr(args, k)
     )
-    launch(LaunchRun(s, protocol, steps, a.step, a.split, a.burst, sim, a.health_timeout, folders))
+    launch(LaunchRun(settings, protocol, steps, args.step, args.split, args.burst, sim, args.health_timeout, folders))
 
 
-def _check_args(a: argparse.Namespace, protocol: Protocol) -> None:
+def _check_args(args: argparse.Namespace, protocol: Protocol) -> None:
     """Every flag checked before anything is planned, with or without --plan-only: one line, exit 2."""
-    if a.step is not None and a.split:
+    if args.step is not None and args.split:
         fail("give --step N or --split A+B, not both")
-    if a.split:
-        split_counts(protocol, a.split)
+    if args.split:
+        split_counts(protocol, args.split)
 
 
 if __name__ == "__main__":

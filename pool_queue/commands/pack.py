@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..cli import fail, load_protocol, output_dir, parser, reports_errors, settings
+from ..cli import fail, load_protocol, output_dir, parser, reports_errors
+from ..cli import settings as cli_settings
 from ..hub.pack import pack, pack_name, upload_hint
 from ..observe.audit import audit_results, summary
 
@@ -21,19 +22,22 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, help="where the tarball goes (default: the folder holding results/)")
     p.add_argument("--name", help="file name stem (default pool_returns_<host>_<YYYYMMDD>)")
     p.add_argument("--force", action="store_true", help="pack even if the audit finds problems")
-    a = p.parse_args(argv)
-    s = settings(a)
-    out = output_dir(a.out) if a.out else s.results_dir.resolve().parent.parent  # a bad --out before the audit
-    found = audit_results(s)
+    args = p.parse_args(argv)
+    settings = cli_settings(args)
+    # a bad --out before the audit
+    out = output_dir(args.out) if args.out else settings.results_dir.resolve().parent.parent
+    found = audit_results(settings)
     text = summary(found)
     print(text)
-    if found.problems and not a.force:
+    if found.problems and not args.force:
         fail("the audit found problems (above): fix them, or pack anyway with --force", code=1)
-    s.logs_dir.mkdir(parents=True, exist_ok=True)
-    (s.logs_dir / "pool_audit.txt").write_text(text + "\n")
+    settings.logs_dir.mkdir(parents=True, exist_ok=True)
+    (settings.logs_dir / "pool_audit.txt").write_text(text + "\n")
     try:
-        steps = sorted(load_protocol(s).steps)
-        tar_path, sha_path = pack(s.results_dir, s.logs_dir, steps, out, a.name or pack_name(), root=s.root)
+        steps = sorted(load_protocol(settings).steps)
+        tar_path, sha_path = pack(
+            settings.results_dir, settings.logs_dir, steps, out, args.name or pack_name(), root=settings.root
+        )
     except (FileNotFoundError, PermissionError) as e:
         fail(str(e))
     print(f"packed {tar_path} ({tar_path.stat().st_size / 1e6:,.1f} MB)\nchecksum {sha_path}")

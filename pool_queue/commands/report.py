@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..cli import load_protocol, parser, reports_errors, settings
+from ..cli import load_protocol, parser, reports_errors
+from ..cli import settings as cli_settings
 from ..inputs.items import load_items
 from ..observe.markdown import PLOTS, write_report
 from ..store.store import Store
@@ -20,11 +21,11 @@ from ..store.store import Store
 def main(argv: list[str] | None = None) -> None:
     p = parser("pool-report", __doc__ or "")
     p.add_argument("--out", type=Path, help="report folder (default: <results root>/../report)")
-    a = p.parse_args(argv)
-    s = settings(a)
-    protocol = load_protocol(s)
-    store = Store(s.results_dir, protocol.fingerprint, named=s.results_named())
-    out = a.out or s.results_dir.parent / "report"
+    args = p.parse_args(argv)
+    settings = cli_settings(args)
+    protocol = load_protocol(settings)
+    store = Store(settings.results_dir, protocol.fingerprint, named=settings.results_named())
+    out = args.out or settings.results_dir.parent / "report"
     store.check_stamp()
-    path = write_report(store, load_items(s.items_dir), protocol, out, s.frames_dir)
+    path = write_report(store, load_items(settings.items_dir), protocol, out, settings.frames_dir)
     print(f"report: {path} (+ {', '.join(PLOTS)})")

@@ -19,7 +19,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ..cli import load_protocol, number, parser, reports_errors, settings
+from ..cli import load_protocol, number, parser, reports_errors
+from ..cli import settings as cli_settings
 from ..inputs.items import load_items
 from ..jobs.plan import Frameless, frameless_note
 from ..observe.prefix_cache import Engine
@@ -37,19 +38,19 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.0f}%"
 
 
-def idle(s: StepStatus) -> bool:
+def idle(step: StepStatus) -> bool:
     """Work left, and no live worker takes the step: nothing moves, whatever the last rate was."""
-    return s.workers == 0 and s.remaining > 0
+    return step.workers == 0 and step.remaining > 0
 
 
-def step_rate(s: StepStatus) -> str:
+def step_rate(step: StepStatus) -> str:
     """The 5-minute rate while a live worker takes the step (with none, the last rows' rate only falls)."""
-    return "-" if s.workers == 0 else f"{s.items_per_s_5m:.1f}"
+    return "-" if step.workers == 0 else f"{step.items_per_s_5m:.1f}"
 
 
-def working_rate(s: StepStatus) -> str:
+def working_rate(step: StepStatus) -> str:
     """Items per second over the step's busy time, as pool-report computes its items/s."""
-    return "-" if s.items_per_s_working is None else f"{s.items_per_s_working:.1f}"
+    return "-" if step.items_per_s_working is None else f"{step.items_per_s_working:.1f}"
 
 
 def rates_line(st: RunStatus) -> str:
@@ -60,10 +61,10 @@ def rates_line(st: RunStatus) -> str:
             f"{working}")  # fmt: skip
 
 
-def eta(s: StepStatus) -> str:
-    if s.eligible and not s.remaining:
+def eta(step: StepStatus) -> str:
+    if step.eligible and not step.remaining:
         return "done"
-    return "no workers" if idle(s) else duration(s.eta_s)
+    return "no workers" if idle(step) else duration(step.eta_s)
 
 
 def _table(title: str | None, cols: tuple[str, ...], right: bool = True) -> Table:
@@ -80,19 +81,19 @@ def render(st: RunStatus) -> Group:
     steps = _table(
         None, ("step", "eligible", "done", "%", "removed", "errors", "queued", "running", "/s 5m", "ETA", "cache")
     )
-    for s in st.steps:
+    for step in st.steps:
         steps.add_row(
-            str(s.step),
-            f"{s.eligible:,}",
-            f"{s.done:,}",
-            f"{100 * s.done / s.eligible:.1f}" if s.eligible else "-",
-            f"{s.removed:,}",
-            f"[red]{s.errors:,}[/]" if s.errors else "0",
-            _n(s.queued_items),
-            _n(s.running_items),
-            step_rate(s),
-            "-" if idle(s) else eta(s),
-            _pct(s.prefix_cache_hit_rate),
+            str(step.step),
+            f"{step.eligible:,}",
+            f"{step.done:,}",
+            f"{100 * step.done / step.eligible:.1f}" if step.eligible else "-",
+            f"{step.removed:,}",
+            f"[red]{step.errors:,}[/]" if step.errors else "0",
+            _n(step.queued_items),
+            _n(step.running_items),
+            step_rate(step),
+            "-" if idle(step) else eta(step),
+            _pct(step.prefix_cache_hit_rate),
         )
     parts: list[Table | Text | str] = [head, steps, Text(rates_line(st))]
     parts.append("cache: vLLM prefix-cache hits (share of prompt tokens)")
@@ -179,10 +180,10 @@ def plain_lines(st: RunStatus) -> str:
     return "\n".join(lines)
 
 
-def _queue(st: RunStatus, s: StepStatus) -> str:
+def _queue(st: RunStatus, step: StepStatus) -> str:
     if st.redis_error:
         return "queue unknown"
-    return f"queued {_n(s.queued_items)}, running {_n(s.running_items)}"
+    return f"queued {_n(step.queued_items)}, running {_n(step.running_items)}"
 
 
 def remaining_lines(st: RunStatus) -> str:
@@ -202,27 +203,27 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the status as JSON")
     p.add_argument("--no-health", action="store_true", help="do not probe the servers' /health")
-    a = p.parse_args(argv)
-    s = settings(a)
-    protocol = load_protocol(s)
-    store = Store(s.results_dir, protocol.fingerprint, named=s.results_named())
+    args = p.parse_args(argv)
+    settings = cli_settings(args)
+    protocol = load_protocol(settings)
+    store = Store(settings.results_dir, protocol.fingerprint, named=settings.results_named())
     store.check_stamp()
-    items = load_items(s.items_dir)
-    conn = s.redis()
-    reader = StatusReader(items, store, s.frames_dir, conn, protocol, probe_health=not a.no_health)
+    items = load_items(settings.items_dir)
+    conn = settings.redis()
+    reader = StatusReader(items, store, settings.frames_dir, conn, protocol, probe_health=not args.no_health)
 
     def read() -> RunStatus:
         """The status; a Redis that does not answer named with its address and where that came from (a `.env`)."""
         st = reader.read()
         if st.redis_error:
-            st.redis_error = f"{s.redis_said()}: {st.redis_error}"
+            st.redis_error = f"{settings.redis_said()}: {st.redis_error}"
         return st
 
-    if a.json:
+    if args.json:
         print(read().model_dump_json(indent=2))
         return
     con = Console()
-    if not a.watch:
+    if not args.watch:
         st = read()
         con.print(render(st))
         print(remaining_lines(st))
@@ -231,10 +232,10 @@ def main(argv: list[str] | None = None) -> None:
         if not con.is_terminal:  # a log or a pipe: plain lines per refresh
             while True:
                 print(plain_lines(read()), flush=True)
-                time.sleep(a.watch)
+                time.sleep(args.watch)
         with Live(render(read()), console=con, refresh_per_second=1, screen=False) as live:
             while True:
-                time.sleep(a.watch)
+                time.sleep(args.watch)
                 live.update(render(read()))
     except KeyboardInterrupt:
         pass

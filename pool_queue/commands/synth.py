@@ -28,24 +28,24 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--bad-items", action="store_true", help="add a file of invalid items (one per rule)")
     p.add_argument("--items-per-video", type=number(int, 0), default=0, help="exactly N items per video (0: at random)")
     p.add_argument("--corrupt-frames", type=number(int, 0), default=0, help="videos whose frames get damaged")
-    a = p.parse_args(argv)
+    args = p.parse_args(argv)
     cfg = SynthConfig(
-        n_items=a.items,
-        n_videos=a.videos,
-        seed=a.seed,
-        frames=(a.min_frames, a.max_frames),
-        bad_items=a.bad_items,
-        corrupt_frames=a.corrupt_frames,
-        items_per_video=a.items_per_video,
+        n_items=args.items,
+        n_videos=args.videos,
+        seed=args.seed,
+        frames=(args.min_frames, args.max_frames),
+        bad_items=args.bad_items,
+        corrupt_frames=args.corrupt_frames,
+        items_per_video=args.items_per_video,
     )
 
     t0 = time.perf_counter()
     try:
-        s = build_root(a.root, lambda folder: generate(folder, cfg))
+        summary = build_root(args.root, lambda folder: generate(folder, cfg))
     except KeyboardInterrupt:
-        print(f"interrupted: {a.root} was not made (the next run removes {staging(a.root)})", file=sys.stderr)
+        print(f"interrupted: {args.root} was not made (the next run removes {staging(args.root)})", file=sys.stderr)
         raise SystemExit(130) from None
     print(
-        f"wrote {a.root}: {s.n_items} items, {s.n_videos_with_frames} videos with frames "
-        f"({s.n_frames} frames, {s.n_shards} shards) in {time.perf_counter() - t0:.1f} s"
+        f"wrote {args.root}: {summary.n_items} items, {summary.n_videos_with_frames} videos with frames "
+        f"({summary.n_frames} frames, {summary.n_shards} shards) in {time.perf_counter() - t0:.1f} s"
     )

@@ -29,8 +29,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--synthetic-ok", action="store_true", help=f"send a synthetic pack (it holds {SYNTHETIC}) to another --repo"
     )
-    a = p.parse_args(argv)
-    tar_path: Path = a.tarball
+    args = p.parse_args(argv)
+    tar_path: Path = args.tarball
     sha_path = tar_path.with_name(tar_path.name.removesuffix(".tar.gz") + ".sha256")
     for f in (tar_path, sha_path):
         if not f.is_file():
@@ -40,23 +40,23 @@ def main(argv: list[str] | None = None) -> None:
         synthetic = is_synthetic(tar_path)
     except ValueError as e:
         fail(str(e))
-    if synthetic and not a.synthetic_ok:
+    if synthetic and not args.synthetic_ok:
         fail(f"{tar_path.name} holds {SYNTHETIC}: its results come from a synthetic pool (pool-synth, pool-demo) "
              f"and never go to the dataset; to try an upload, pass --synthetic-ok --repo <your test repo>")  # fmt: skip
-    if a.synthetic_ok and a.repo == ITEMS_REPO:
+    if args.synthetic_ok and args.repo == ITEMS_REPO:
         fail(f"--synthetic-ok needs --repo naming a test repo: {ITEMS_REPO} is the real dataset")
-    token = None if a.dry_run else load_settings().hf_token
-    if token is None and not a.dry_run:
+    token = None if args.dry_run else load_settings().hf_token
+    if token is None and not args.dry_run:
         fail("HF_TOKEN is not set: a write token for the repo is needed (or send the files by any transfer)")
     for t in transfers:
         print(
-            f"{'would upload' if a.dry_run else 'upload'} {t.local} ({t.local.stat().st_size:,} B) -> "
-            f"dataset {a.repo}: {t.remote}"
+            f"{'would upload' if args.dry_run else 'upload'} {t.local} ({t.local.stat().st_size:,} B) -> "
+            f"dataset {args.repo}: {t.remote}"
         )
     if token is None:
         return
     try:
-        urls = upload(transfers, token.get_secret_value(), a.repo)
+        urls = upload(transfers, token.get_secret_value(), args.repo)
     except HfHubHTTPError as e:
         fail(f"the hub refused the upload: {e}")
     for u in urls:

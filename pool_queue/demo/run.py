@@ -52,31 +52,33 @@ class Demo:
     progress_every: float = 5.0
 
 
-def _pool(a: Demo, con: Console) -> None:
+def _pool(demo: Demo, con: Console) -> None:
     """Generate the pool, or check that the one there is the size asked for (one line if not, exit 2)."""
-    asked = {k: v for k, v in (("items", a.items), ("videos", a.videos)) if v is not None}
-    if not (a.root / "items").exists():
+    asked = {k: v for k, v in (("items", demo.items), ("videos", demo.videos)) if v is not None}
+    if not (demo.root / "items").exists():
         shape = {**DEFAULT_SHAPE, **asked}
-        con.print(f"generating a synthetic pool in {a.root} ({shape['items']} items, {shape['videos']} videos)...")
+        con.print(f"generating a synthetic pool in {demo.root} ({shape['items']} items, {shape['videos']} videos)...")
 
         def make(folder: Path) -> None:  # written beside the root, renamed into place when complete
             generate(folder, SynthConfig(n_items=shape["items"], n_videos=shape["videos"]))
             (folder / SHAPE).write_text(json.dumps(shape))
 
         try:
-            build_root(a.root, make, con.print)
+            build_root(demo.root, make, con.print)
         except KeyboardInterrupt:  # no process was started yet, and no pool is left to resume
-            con.print(f"interrupted while generating: {a.root} was not made; `pool-demo` generates it again")
+            con.print(f"interrupted while generating: {demo.root} was not made; `pool-demo` generates it again")
             raise SystemExit(130) from None
         return
     try:
-        have = json.loads((a.root / SHAPE).read_text())
+        have = json.loads((demo.root / SHAPE).read_text())
     except (OSError, ValueError):
         have = None  # a pool the demo did not make: it is screened as it is
     if asked and (have is None or any(have.get(k) != v for k, v in asked.items())):
         size = f"{have['items']} items and {have['videos']} videos" if have else "a pool the demo did not make"
         flags = " and ".join(f"--{k}" for k in asked)
-        fail(f"{a.root} already holds {size}: {flags} apply to a new pool; pass --root NEWDIR, or delete {a.root}")
+        fail(
+            f"{demo.root} already holds {size}: {flags} apply to a new pool; pass --root NEWDIR, or delete {demo.root}"
+        )
 
 
 def _fresh(root: Path, results: Path, con: Console) -> None:
@@ -95,25 +97,27 @@ def _report_dir(results: Path) -> Path:
     return results.parent / f"report{results.name.removeprefix('pool')}"
 
 
-def run_demo(a: Demo, con: Console) -> None:
-    """The whole screen of the pool at `a.root` (generated first if absent), watched to its end, then its table,
+def run_demo(demo: Demo, con: Console) -> None:
+    """The whole screen of the pool at `demo.root` (generated first if absent), watched to its end, then its table,
     audit, report and the commands that work on it."""
-    hold("pool-demo", a.root)  # a second demo would screen the same items again on the same queue
-    _pool(a, con)
-    item_set = load_items(a.root / "items")  # a root whose items do not load fails here: nothing started or written
-    results = default_results(a.root)
+    hold("pool-demo", demo.root)  # a second demo would screen the same items again on the same queue
+    _pool(demo, con)
+    item_set = load_items(demo.root / "items")  # a root whose items do not load fails here: nothing started or written
+    results = default_results(demo.root)
     protocol = Protocol()
-    meant = a.allow_missing_frames or None  # a root the demo did not make may lack frames
-    check_frames(load_settings(root=a.root, results=results, allow_missing_frames=meant), protocol,
+    meant = demo.allow_missing_frames or None  # a root the demo did not make may lack frames
+    check_frames(load_settings(root=demo.root, results=results, allow_missing_frames=meant), protocol,
                  sorted(protocol.steps), items=item_set)  # fmt: skip
-    if a.fresh:
-        _fresh(a.root, results, con)
-    store = Store(results, protocol.fingerprint, protocol.model_dump(mode="json"), f"the default under --root {a.root}")
+    if demo.fresh:
+        _fresh(demo.root, results, con)
+    store = Store(
+        results, protocol.fingerprint, protocol.model_dump(mode="json"), f"the default under --root {demo.root}"
+    )
     store.claim()
-    log_dir = a.root / "logs" / "demo"
+    log_dir = demo.root / "logs" / "demo"
     with Procs(log_dir) as procs:
-        redis_url = procs.redis(free_port(), redis_data(a.root, results), aof=True)  # a rerun resumes its queue
-        speed = ["--speed", str(a.speed)]
+        redis_url = procs.redis(free_port(), redis_data(demo.root, results), aof=True)  # a rerun resumes its queue
+        speed = ["--speed", str(demo.speed)]
         sims = [
             procs.sim("sim8b-0", free_port(), "--profile", "qwen3-vl-8b", *speed),
             procs.sim("sim8b-1", free_port(), "--profile", "qwen3-vl-8b", *speed),
@@ -121,34 +125,38 @@ def run_demo(a: Demo, con: Console) -> None:
         ]
         for url in sims:
             wait_health(url, 30)
-        common = ["--root", str(a.root), "--results", str(results), "--redis-url", redis_url]
-        settings = load_settings(root=a.root, results=results, redis_url=redis_url)
+        common = ["--root", str(demo.root), "--results", str(results), "--redis-url", redis_url]
+        settings = load_settings(root=demo.root, results=results, redis_url=redis_url)
         run_steps(settings, protocol, sorted(protocol.steps), plan_only=False, frames_checked=True)
-        env = _point_env_here(a.root, results, redis_url, con)  # the root loaded and its work is queued: it is whole
-        print(_commands(a.root, results, redis_url, env, live=True), flush=True)  # whole lines: they are copied
+        env = _point_env_here(demo.root, results, redis_url, con)  # the root loaded and its work is queued: it is whole
+        print(_commands(demo.root, results, redis_url, env, live=True), flush=True)  # whole lines: they are copied
         for i, url in enumerate(sims):
             procs.start(f"worker-{i}", [sys.executable, "-m", "workers.main", "--server", url, *common])
         con.print(f"workers started (logs in {log_dir}); screening...")
         screen = screen_of(store, Redis.from_url(redis_url))
         assert screen is not None  # the store was claimed above
-        _watch(procs, protocol, screen, store, item_set, a.root / "frames" / "pool_frames", log_dir, a.progress_every)
+        _watch(
+            procs, protocol, screen, store, item_set, demo.root / "frames" / "pool_frames", log_dir, demo.progress_every
+        )
     title = f"demo screen of {item_set.items.num_rows} items"
     t = Table("step", "done", "removed", "errors", "wall", "items/s", title=title)
-    for s in sorted(protocol.steps):
-        r = step_report(s, store, item_set)  # the report's numbers: its items done, its items/s while working
-        rate = "-" if r.items_per_s is None else f"{r.items_per_s:.1f}"
-        t.add_row(str(s), str(r.done), str(r.n_removed), str(r.n_errors), duration(r.wall_s), rate)
+    for step in sorted(protocol.steps):
+        rep = step_report(step, store, item_set)  # the report's numbers: its items done, its items/s while working
+        rate = "-" if rep.items_per_s is None else f"{rep.items_per_s:.1f}"
+        t.add_row(str(step), str(rep.done), str(rep.n_removed), str(rep.n_errors), duration(rep.wall_s), rate)
     con.print(t)
-    frames = a.root / "frames" / "pool_frames"
+    frames = demo.root / "frames" / "pool_frames"
     for line in frameless_notes(protocol, item_set.items, store, frames):
         con.print(line, highlight=False)
     con.print(f"rows in {results}")
     # the demo screens every step to its end: an unfinished one is a problem, and each finding is shown
-    checked = run_audit(results, protocol, item_set, frames, show=False, tar_dir=a.root / "frames_tar", complete=True)
+    checked = run_audit(
+        results, protocol, item_set, frames, show=False, tar_dir=demo.root / "frames_tar", complete=True
+    )
     con.print(summary(checked), highlight=False)
     report = write_report(store, item_set, protocol, _report_dir(results), frames)
     con.print(f"report with plots: {report}")
-    print(_commands(a.root, results, redis_url, env, live=False), flush=True)
+    print(_commands(demo.root, results, redis_url, env, live=False), flush=True)
 
 
 def _watch(
@@ -180,11 +188,13 @@ def _watch(
         while idle < 3:
             time.sleep(1.0)
             counts = {}
-            for s in tasks:
-                elig = eligible(protocol, s, items, store, frames).column("item_id")
-                done = pc.sum(pc.is_in(elig, value_set=store.settled(s))).as_py() or 0  # done as pool-status counts it
-                counts[s] = done, len(elig)
-                prog.update(tasks[s], total=counts[s][1], completed=counts[s][0])
+            for step in tasks:
+                elig = eligible(protocol, step, items, store, frames).column("item_id")
+                done = (
+                    pc.sum(pc.is_in(elig, value_set=store.settled(step))).as_py() or 0
+                )  # done as pool-status counts it
+                counts[step] = done, len(elig)
+                prog.update(tasks[step], total=counts[step][1], completed=counts[step][0])
             if plain and time.monotonic() - said >= every_s:
                 said = time.monotonic()
                 steps = ", ".join(f"step {s} {done:,}/{total:,}" for s, (done, total) in counts.items())

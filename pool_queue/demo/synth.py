@@ -155,10 +155,10 @@ class SynthSummary:
 
 def question_in_band(rng: random.Random, band: tuple[float, float]) -> str:
     for _ in range(10_000):
-        s, s2 = rng.sample(SUBJECTS, 2)
+        subject, subject2 = rng.sample(SUBJECTS, 2)
         third, base = rng.choice(ACTIONS)
-        a = third + base[len(third) - 1 :] if " " in base else third
-        q = rng.choice(TEMPLATES).format(s=s, s2=s2, a=a, a0=base)
+        action = third + base[len(third) - 1 :] if " " in base else third
+        q = rng.choice(TEMPLATES).format(s=subject, s2=subject2, a=action, a0=base)
         q = q[0].upper() + q[1:] + (f" (scene {rng.randrange(1000)})" if rng.random() < 0.7 else "")
         if band[0] <= blind_knowledge(q) < band[1]:
             return q
@@ -218,10 +218,10 @@ def _write_frames(cfg: SynthConfig, rng: random.Random, frames_dir: Path, videos
 def _write_shards(frames_dir: Path, tar_dir: Path, videos: list[str], per_shard: int) -> int:
     tar_dir.mkdir(parents=True)
     shards = []
-    for s in range(0, len(videos), per_shard):
-        name = f"frames_{s // per_shard:03d}.tar"
+    for start in range(0, len(videos), per_shard):
+        name = f"frames_{start // per_shard:03d}.tar"
         with tarfile.open(tar_dir / name, "w") as tf:
-            for v in videos[s : s + per_shard]:
+            for v in videos[start : start + per_shard]:
                 tf.add(frames_dir / v, arcname=v)
         digest = hashlib.sha256((tar_dir / name).read_bytes()).hexdigest()
         shards.append({"file": name, "sha256": digest, "bytes": (tar_dir / name).stat().st_size})

@@ -129,9 +129,9 @@ def unicode_form_twins(video_ids: pa.Array | pa.ChunkedArray, frames_dir: Path) 
     lost = pc.filter(ids, pc.invert(pc.fill_null(pc.is_in(ids, value_set=folders), False)))
     if not len(lost) or not len(folders):
         return pa.table({"video_id": pa.array([], pa.string()), "folder": pa.array([], pa.string())})
-    a = pa.table({"key": pc.utf8_normalize(lost, form="NFC"), "video_id": lost})
-    b = pa.table({"key": pc.utf8_normalize(folders, form="NFC"), "folder": folders})
-    pairs = a.join(b, "key", join_type="inner").select(["video_id", "folder"])
+    by_id = pa.table({"key": pc.utf8_normalize(lost, form="NFC"), "video_id": lost})
+    by_folder = pa.table({"key": pc.utf8_normalize(folders, form="NFC"), "folder": folders})
+    pairs = by_id.join(by_folder, "key", join_type="inner").select(["video_id", "folder"])
     real = [os.path.lexists(frames_dir / f) for f in pairs.column("folder").to_pylist()]  # not a spelling of one
     return pairs.filter(pa.array(real, pa.bool_())).sort_by([("video_id", "ascending"), ("folder", "ascending")])
 
@@ -172,10 +172,16 @@ def find_frames(frames_dir: Path, video_id: str) -> list[Path]:
 def _to_rgb(im: Image.Image) -> Image.Image:
     """8-bit RGB; 16- and 32-bit greys are scaled to 8 bits, not clipped (which turns them white)."""
     if im.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
-        a = np.asarray(im).astype(np.float64)
-        top = 1.0 if im.mode == "F" and a.max(initial=0) <= 1.0 else 255.0 if a.max(initial=0) <= 255 else 65535.0
-        a = np.clip(np.rint(a * 255.0 / top), 0, 255).astype(np.uint8)
-        return Image.fromarray(a, "L").convert("RGB")
+        pixels = np.asarray(im).astype(np.float64)
+        top = (
+            1.0
+            if im.mode == "F" and pixels.max(initial=0) <= 1.0
+            else 255.0
+            if pixels.max(initial=0) <= 255
+            else 65535.0
+        )
+        pixels = np.clip(np.rint(pixels * 255.0 / top), 0, 255).astype(np.uint8)
+        return Image.fromarray(pixels, "L").convert("RGB")
     return im.convert("RGB")
 
 

@@ -328,10 +328,10 @@ def _options_column(col: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, pa.Array
 
 def _gold_index(col: pa.Array) -> pa.Array:
     """One rule for every format: a 0-based index (2, 2.0, "2", "2.0") or a capital letter ("C")."""
-    s = pc.utf8_trim_whitespace(col.cast(pa.string()))
-    letter = pc.index_in(s, value_set=pa.array(list(LETTERS))).cast(pa.int64())
-    is_num = pc.fill_null(pc.match_substring_regex(s, r"^-?[0-9]{1,3}(\.0*)?$"), False)
-    digits = pc.replace_substring_regex(pc.if_else(is_num, s, pa.scalar(None, pa.string())), r"\.0*$", "")
+    text = pc.utf8_trim_whitespace(col.cast(pa.string()))
+    letter = pc.index_in(text, value_set=pa.array(list(LETTERS))).cast(pa.int64())
+    is_num = pc.fill_null(pc.match_substring_regex(text, r"^-?[0-9]{1,3}(\.0*)?$"), False)
+    digits = pc.replace_substring_regex(pc.if_else(is_num, text, pa.scalar(None, pa.string())), r"\.0*$", "")
     return pc.coalesce(letter, pc.cast(digits, pa.int64()))
 
 
@@ -343,17 +343,17 @@ def _gold(table: pa.Table, n_opts: pa.Array) -> tuple[pa.Array, list[tuple[pa.Ar
     bad = pc.or_kleene(pc.is_null(gold), pc.or_kleene(pc.less(gold, 0), pc.greater_equal(gold, n_opts)))
     name = "/".join(present) or "answer"
     checks = [(pc.fill_null(bad, True), f"{name} missing or out of range")]
-    for k, (a, ia) in enumerate(idx):
-        for b, ib in idx[k + 1 :]:
-            checks.append((pc.fill_null(pc.not_equal(ia, ib), False), f"gold columns {a} and {b} disagree"))
+    for k, (col, ia) in enumerate(idx):
+        for other, ib in idx[k + 1 :]:
+            checks.append((pc.fill_null(pc.not_equal(ia, ib), False), f"gold columns {col} and {other} disagree"))
     return gold, checks
 
 
 def _unsafe_video_id(vid: pa.Array) -> pa.Array:
     """Anything that is not a plain relative name could leave the frame cache."""
-    s = pc.fill_null(vid, "")
-    bad = pc.or_(pc.equal(s, ""), pc.match_substring_regex(s, r"[/\\\x00]|^\.\.?$|\.\."))
-    return pc.or_(bad, pc.match_substring_regex(s, r"^\s|\s$"))
+    ids = pc.fill_null(vid, "")
+    bad = pc.or_(pc.equal(ids, ""), pc.match_substring_regex(ids, r"[/\\\x00]|^\.\.?$|\.\."))
+    return pc.or_(bad, pc.match_substring_regex(ids, r"^\s|\s$"))
 
 
 def _blank(text: pa.Array) -> pa.Array:

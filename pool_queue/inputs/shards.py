@@ -37,16 +37,16 @@ def read_manifest(tar_dir: Path) -> Manifest:
     if not path.is_file():
         raise ShardError(f"{path} not found")
     try:
-        m = Manifest.model_validate_json(path.read_text(encoding="utf-8"))
+        manifest = Manifest.model_validate_json(path.read_text(encoding="utf-8"))
     except ValidationError as e:  # cut short or edited: one line naming the file, not pydantic's report
         first = e.errors()[0]
         where = ".".join(map(str, first["loc"]))
         raise ShardError(f"{path}: {'not valid JSON' if first['type'] == 'json_invalid' else where} ({first['msg']}); "
                          "fetch it again with its shards (pool-fetch --frames)") from None  # fmt: skip
-    for s in m.shards:
-        if "/" in s.file or "\\" in s.file or s.file.startswith("."):
-            raise ShardError(f"{path}: shard name {s.file!r} is not a plain file name")
-    return m
+    for shard in manifest.shards:
+        if "/" in shard.file or "\\" in shard.file or shard.file.startswith("."):
+            raise ShardError(f"{path}: shard name {shard.file!r} is not a plain file name")
+    return manifest
 
 
 def sha256_file(path: Path, advance: object = None) -> str:
@@ -61,34 +61,34 @@ def sha256_file(path: Path, advance: object = None) -> str:
 
 def verify(tar_dir: Path, manifest: Manifest | None = None, show: bool = True) -> Manifest:
     """Raise ShardError naming every missing or mismatching shard."""
-    m = manifest or read_manifest(tar_dir)
-    missing = [s.file for s in m.shards if not (tar_dir / s.file).is_file()]
+    manifest = manifest or read_manifest(tar_dir)
+    missing = [s.file for s in manifest.shards if not (tar_dir / s.file).is_file()]
     if missing:
         raise ShardError(f"missing shard(s) in {tar_dir}: {', '.join(missing)}")
-    total = sum((tar_dir / s.file).stat().st_size for s in m.shards)
+    total = sum((tar_dir / s.file).stat().st_size for s in manifest.shards)
     bad = []
     with byte_progress("verify sha256", total, show) as advance:
-        for s in m.shards:
-            if sha256_file(tar_dir / s.file, advance) != s.sha256:
-                bad.append(s.file)
+        for shard in manifest.shards:
+            if sha256_file(tar_dir / shard.file, advance) != shard.sha256:
+                bad.append(shard.file)
     if bad:
         raise ShardError(f"SHA256 MISMATCH: {', '.join(bad)} (re-download these shards)")
-    return m
+    return manifest
 
 
 def extract(tar_dir: Path, frames_dir: Path, show: bool = True) -> int:
     """Verify, then unpack every shard into the cache; returns the number of video folders there."""
-    m = verify(tar_dir, show=show)
+    manifest = verify(tar_dir, show=show)
     frames_dir.mkdir(parents=True, exist_ok=True)
     marker = frames_dir.parent / f".{frames_dir.name}.extracted.json"
     done = _extracted(marker)
-    todo = [s for s in m.shards if s.sha256 not in done]
+    todo = [s for s in manifest.shards if s.sha256 not in done]
     n = _unpack(tar_dir, frames_dir, todo, marker, done, show)
-    if n != m.n_videos and len(todo) < len(m.shards):  # folders went missing since: unpack all again
+    if n != manifest.n_videos and len(todo) < len(manifest.shards):  # folders went missing since: unpack all again
         done.clear()
-        n = _unpack(tar_dir, frames_dir, m.shards, marker, done, show)
-    if n != m.n_videos:
-        raise ShardError(f"{frames_dir} holds {n} video folders, manifest says n_videos={m.n_videos}")
+        n = _unpack(tar_dir, frames_dir, manifest.shards, marker, done, show)
+    if n != manifest.n_videos:
+        raise ShardError(f"{frames_dir} holds {n} video folders, manifest says n_videos={manifest.n_videos}")
     return n
 
 
@@ -105,14 +105,14 @@ def _extracted(marker: Path) -> set[str]:
 def _unpack(tar_dir: Path, frames_dir: Path, shards: list[Shard], marker: Path, done: set[str], show: bool) -> int:
     """Extract verified shards, recording each in `marker` once complete; returns the video folder count."""
     with byte_progress("extract", sum((tar_dir / s.file).stat().st_size for s in shards), show) as advance:
-        for s in shards:
-            with tarfile.open(tar_dir / s.file) as tf:
+        for shard in shards:
+            with tarfile.open(tar_dir / shard.file) as tf:
                 tf.extractall(frames_dir, filter="data")
-            done.add(s.sha256)
+            done.add(shard.sha256)
             tmp = marker.with_suffix(".tmp")
             tmp.write_text(json.dumps(sorted(done)))
             tmp.replace(marker)
-            advance((tar_dir / s.file).stat().st_size)
+            advance((tar_dir / shard.file).stat().st_size)
     return video_folder_count(frames_dir)
 
 

@@ -102,17 +102,17 @@ def _start(screen: Screen, job: Job, queue: Queue, worker_name: str, lease_s: in
         return None
     job.meta["taken"] = int(job.meta.get("taken", 0)) + 1
 
-    def txn(p: Pipeline) -> Execution | None:
-        status = _text(p.hget(job.key, "status"))
-        expiry = redis_now(p) + lease_s
-        p.multi()
-        p.lrem(queue.intermediate_queue_key, 1, job.id)
+    def txn(pipe: Pipeline) -> Execution | None:
+        status = _text(pipe.hget(job.key, "status"))
+        expiry = redis_now(pipe) + lease_s
+        pipe.multi()
+        pipe.lrem(queue.intermediate_queue_key, 1, job.id)
         if status != JobStatus.QUEUED:
             return None
-        execution = Execution.create(job, lease_s, pipeline=p, worker_name=worker_name)
-        p.zadd(job.started_job_registry.key, {execution.composite_key: expiry}, xx=True)  # on Redis's clock
-        job.prepare_for_execution(worker_name, pipeline=p)
-        p.hset(job.key, "meta", job.serializer.dumps(job.meta))  # RQ's own encoding of its meta field
+        execution = Execution.create(job, lease_s, pipeline=pipe, worker_name=worker_name)
+        pipe.zadd(job.started_job_registry.key, {execution.composite_key: expiry}, xx=True)  # on Redis's clock
+        job.prepare_for_execution(worker_name, pipeline=pipe)
+        pipe.hset(job.key, "meta", job.serializer.dumps(job.meta))  # RQ's own encoding of its meta field
         return execution
 
     execution = _transact(screen.conn, txn, job.key)
@@ -128,16 +128,16 @@ def heartbeat(conn: Redis, leases: list[Lease], lease_s: int) -> None:
     if not leases:
         return
 
-    def txn(p: Pipeline) -> None:
-        there = [bool(p.exists(lease.job.key)) for lease in leases]
-        expiry = redis_now(p) + lease_s
-        p.multi()
+    def txn(pipe: Pipeline) -> None:
+        there = [bool(pipe.exists(lease.job.key)) for lease in leases]
+        expiry = redis_now(pipe) + lease_s
+        pipe.multi()
         for lease, ok in zip(leases, there, strict=True):
             if ok:
                 reg = lease.job.started_job_registry
-                lease.execution.heartbeat(reg, lease_s, pipeline=p)
-                p.zadd(reg.key, {lease.execution.composite_key: expiry}, xx=True)  # on Redis's clock (rescue.py)
-                lease.job.heartbeat(now(), lease_s, pipeline=p)
+                lease.execution.heartbeat(reg, lease_s, pipeline=pipe)
+                pipe.zadd(reg.key, {lease.execution.composite_key: expiry}, xx=True)  # on Redis's clock (rescue.py)
+                lease.job.heartbeat(now(), lease_s, pipeline=pipe)
 
     _transact(conn, txn, *(lease.job.key for lease in leases))
 
@@ -147,22 +147,22 @@ def _transact(conn: Redis, fn: Callable[[Pipeline], T], *watch: str) -> T:
     return cast(T, conn.transaction(fn, *watch, value_from_callable=True))  # type: ignore[arg-type]
 
 
-def _is_ours(p: Pipeline, lease: Lease) -> bool:
+def _is_ours(pipe: Pipeline, lease: Lease) -> bool:
     """Inside a watched transaction: the job is STARTED and our execution is still registered."""
-    status = _text(p.hget(lease.job.key, "status"))
-    member = p.zscore(lease.job.started_job_registry.key, lease.execution.composite_key)
+    status = _text(pipe.hget(lease.job.key, "status"))
+    member = pipe.zscore(lease.job.started_job_registry.key, lease.execution.composite_key)
     return status == JobStatus.STARTED and member is not None
 
 
 def _owned(conn: Redis, lease: Lease, then: Callable[[Pipeline], object]) -> bool:
     """Run `then` in a transaction if the job is still ours; False (nothing written) if not."""
 
-    def txn(p: Pipeline) -> bool:
-        ours = _is_ours(p, lease)
-        p.multi()  # with nothing queued the transaction still checks the watched keys
+    def txn(pipe: Pipeline) -> bool:
+        ours = _is_ours(pipe, lease)
+        pipe.multi()  # with nothing queued the transaction still checks the watched keys
         if ours:
-            lease.execution.delete(lease.job, pipeline=p)
-            then(p)
+            lease.execution.delete(lease.job, pipeline=pipe)
+            then(pipe)
         return ours
 
     ours = _transact(conn, txn, lease.job.key, lease.job.started_job_registry.key)
@@ -171,9 +171,9 @@ def _owned(conn: Redis, lease: Lease, then: Callable[[Pipeline], object]) -> boo
     return ours
 
 
-def _working_time(worker: BaseWorker, job: Job, p: Pipeline) -> None:
+def _working_time(worker: BaseWorker, job: Job, pipe: Pipeline) -> None:
     if job.started_at is not None:
-        worker.increment_total_working_time(now() - job.started_at, pipeline=p)
+        worker.increment_total_working_time(now() - job.started_at, pipeline=pipe)
 
 
 def _not_ours(lease: Lease) -> None:
@@ -191,22 +191,22 @@ def finish(
     fid = screen.followup_id(next_step, job.id) if next_step is not None and follow else None
     watch = [job.key, registry.key, *([Job.key_for(fid)] if fid else [])]
 
-    def txn(p: Pipeline) -> bool:
-        ours = _is_ours(p, lease)
-        chain = fid is not None and not p.exists(Job.key_for(fid))
-        p.multi()
+    def txn(pipe: Pipeline) -> bool:
+        ours = _is_ours(pipe, lease)
+        chain = fid is not None and not pipe.exists(Job.key_for(fid))
+        pipe.multi()
         if chain:
-            screen.add_followup(p, next_step, follow, job.id)  # type: ignore[arg-type]
+            screen.add_followup(pipe, next_step, follow, job.id)  # type: ignore[arg-type]
         if ours:
-            lease.execution.delete(job, pipeline=p)
+            lease.execution.delete(job, pipeline=pipe)
             job.ended_at = now()
-            job.set_status(JobStatus.FINISHED, pipeline=p)
-            p.hset(job.key, "ended_at", utcformat(job.ended_at))
-            FinishedJobRegistry(queue=lease.queue).add(job, RESULT_TTL_S, pipeline=p)
-            p.expire(job.key, RESULT_TTL_S)
+            job.set_status(JobStatus.FINISHED, pipeline=pipe)
+            pipe.hset(job.key, "ended_at", utcformat(job.ended_at))
+            FinishedJobRegistry(queue=lease.queue).add(job, RESULT_TTL_S, pipeline=pipe)
+            pipe.expire(job.key, RESULT_TTL_S)
             if worker is not None:
-                worker.increment_successful_job_count(pipeline=p)
-                _working_time(worker, job, p)
+                worker.increment_successful_job_count(pipeline=pipe)
+                _working_time(worker, job, pipe)
         return ours
 
     ours = _transact(screen.conn, txn, *watch)
@@ -221,7 +221,7 @@ def give_back(conn: Redis, lease: Lease, untouched: bool = True) -> bool:
     checks the store first."""
     if untouched:
         lease.job.meta["taken"] = max(0, int(lease.job.meta.get("taken", 1)) - 1)
-    return _owned(conn, lease, lambda p: lease.queue.enqueue_job(lease.job, pipeline=p, at_front=True))
+    return _owned(conn, lease, lambda pipe: lease.queue.enqueue_job(lease.job, pipeline=pipe, at_front=True))
 
 
 def fail(
@@ -233,18 +233,18 @@ def fail(
     job.meta["failures"] = lease.failures + 1
     final = job.meta["failures"] >= max_failures
 
-    def then(p: Pipeline) -> None:
-        p.hset(job.key, "meta", job.serializer.dumps(job.meta))
+    def then(pipe: Pipeline) -> None:
+        pipe.hset(job.key, "meta", job.serializer.dumps(job.meta))
         if worker is not None:
-            worker.increment_failed_job_count(pipeline=p)
-            _working_time(worker, job, p)
+            worker.increment_failed_job_count(pipeline=pipe)
+            _working_time(worker, job, pipe)
         if final:
             job.ended_at = now()
-            job.set_status(JobStatus.FAILED, pipeline=p)
-            job.failed_job_registry.add(job, ttl=job.failure_ttl, exc_string=reason, pipeline=p)
-            Result.create_failure(job, job.failure_ttl, reason, worker_name=worker_name, pipeline=p)
+            job.set_status(JobStatus.FAILED, pipeline=pipe)
+            job.failed_job_registry.add(job, ttl=job.failure_ttl, exc_string=reason, pipeline=pipe)
+            Result.create_failure(job, job.failure_ttl, reason, worker_name=worker_name, pipeline=pipe)
         else:
-            lease.queue.enqueue_job(job, pipeline=p)
+            lease.queue.enqueue_job(job, pipeline=pipe)
 
     return _owned(conn, lease, then) and final
 
@@ -256,13 +256,13 @@ def show_state(worker: BaseWorker, jobs: list[str]) -> None:
     flushed) is left to its next heartbeat, which registers it whole: a write here would leave a stub RQ lists
     nowhere and the heartbeat would take for the worker."""
 
-    def txn(p: Pipeline) -> None:
-        there = p.exists(worker.key)
-        p.multi()
+    def txn(pipe: Pipeline) -> None:
+        there = pipe.exists(worker.key)
+        pipe.multi()
         if there:
-            worker.set_state(WorkerStatus.BUSY if jobs else WorkerStatus.IDLE, pipeline=p)
+            worker.set_state(WorkerStatus.BUSY if jobs else WorkerStatus.IDLE, pipeline=pipe)
             if hasattr(worker, "set_current_job_id"):  # RQ 2 only
-                worker.set_current_job_id(jobs[0] if jobs else None, pipeline=p)
+                worker.set_current_job_id(jobs[0] if jobs else None, pipeline=pipe)
 
     _transact(worker.connection, txn, worker.key)
 

@@ -174,13 +174,13 @@ def reachable(protocol: Protocol, step: int, items: pa.Table, store: Store, fram
         chain.insert(0, prev)
         prev = protocol.prev_step(prev)
     ids = cols.column("item_id")
-    for before, s in itertools.pairwise(chain):
+    for before, after in itertools.pairwise(chain):
         open_ = pc.and_(pc.is_in(ids, value_set=cur), pc.invert(pc.is_in(ids, value_set=store.settled(before))))
         unsettled = cols.filter(open_)
-        if protocol.steps[s].frames != "none":
+        if protocol.steps[after].frames != "none":
             with_frames = frame_videos(frames_dir) if with_frames is None else with_frames
             unsettled = unsettled.filter(pc.is_in(unsettled.column("video_id"), value_set=with_frames))
-        passed = eligible(protocol, s, items, store, frames_dir).column("item_id").combine_chunks()
+        passed = eligible(protocol, after, items, store, frames_dir).column("item_id").combine_chunks()
         cur = pc.unique(pa.concat_arrays([passed, unsettled.column("item_id").combine_chunks()]))
     return cur
 

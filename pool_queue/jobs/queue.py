@@ -113,17 +113,17 @@ class Screen:
         for b in range(0, len(chunks), BATCH):
             batch = chunks[b : b + BATCH]
             ids = [self.job_id(step, c) for c in batch]
-            with self.conn.pipeline() as p:
+            with self.conn.pipeline() as pipe:
                 for jid in ids:
-                    p.hget(Job.key_for(jid), "status")
-                status = [s.decode() if isinstance(s, bytes) else s for s in p.execute()]
+                    pipe.hget(Job.key_for(jid), "status")
+                status = [s.decode() if isinstance(s, bytes) else s for s in pipe.execute()]
             # a job still waiting or running is not made twice; a finished or failed one may be
             todo = [(c, j) for c, j, st in zip(batch, ids, status, strict=True) if st not in LIVE]
             fresh = [self._job_data(step, c, j, recheck) for c, j in todo]
             if fresh:
-                with self.conn.pipeline() as p:
-                    q.enqueue_many(fresh, pipeline=p)  # type: ignore[arg-type]
-                    p.execute()
+                with self.conn.pipeline() as pipe:
+                    q.enqueue_many(fresh, pipeline=pipe)  # type: ignore[arg-type]
+                    pipe.execute()
                 made += len(fresh)
         return made
 
@@ -205,10 +205,10 @@ def _drop_stale_executions(conn: Redis, job_id: str) -> None:
     executions = ExecutionRegistry(job_id=job_id, connection=conn)
     stale = [e for e in executions.get_execution_ids() if not conn.exists(Execution(e, job_id, conn).key)]
     if stale:
-        with conn.pipeline() as p:
+        with conn.pipeline() as pipe:
             for e in stale:
-                executions.remove(Execution(e, job_id, conn), pipeline=p)
-            p.execute()
+                executions.remove(Execution(e, job_id, conn), pipeline=pipe)
+            pipe.execute()
 
 
 def cuts(n: int, size: int, videos: Sequence[str] | None = None) -> list[tuple[int, int]]:

@@ -49,12 +49,12 @@ def rescue(conn: Redis, queues: list[Queue], seen: set[str] | None = None) -> in
             if seen is not None and jid not in seen:
                 now_orphans.add(jid)  # put back on the next pass if still there
                 continue
-            with conn.pipeline() as p:
-                p.lrem(inter.key, 1, jid)
+            with conn.pipeline() as pipe:
+                pipe.lrem(inter.key, 1, jid)
                 if conn.exists(Job.key_for(jid)):
-                    p.rpush(q.key, jid)
+                    pipe.rpush(q.key, jid)
                     n += 1
-                p.execute()
+                pipe.execute()
     if seen is not None:
         seen.clear()
         seen.update(now_orphans)

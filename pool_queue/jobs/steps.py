@@ -21,7 +21,7 @@ from .queue import Screen, screen_of
 
 
 def run_steps(
-    s: Settings,
+    settings: Settings,
     protocol: Protocol,
     steps: list[int],
     plan_only: bool,
@@ -35,31 +35,34 @@ def run_steps(
     it started anything (`frames_checked`). Returns the screen (None while unstamped) and each step's
     REMAINING_TOTAL."""
     con = Console(stderr=True)
-    store = Store(s.results_dir, protocol.fingerprint, protocol.model_dump(mode="json"), s.results_named())
+    store = Store(
+        settings.results_dir, protocol.fingerprint, protocol.model_dump(mode="json"), settings.results_named()
+    )
     store.check_stamp()
-    items = load_items(s.items_dir)
+    items = load_items(settings.items_dir)
     if not frames_checked:
-        check_frames(s, protocol, steps, plan_only, items, store)
+        check_frames(settings, protocol, steps, plan_only, items, store)
     if not plan_only:
-        reach_redis(s)  # before the stamp is written: a Redis that is not there is named, with where its URL came from
+        # before the stamp is written: a Redis that is not there is named, with where its URL came from
+        reach_redis(settings)
         store.claim()  # the stamp's token names the screen in Redis
     if items.rejected.num_rows:
         con.print(f"[yellow]{items.rejected.num_rows} invalid items are not screened (see `pool-items`)[/]")
-    screen = screen_of(store, s.redis())
+    screen = screen_of(store, settings.redis())
     if screen is not None and not plan_only and (n := rescue_abandoned(protocol, screen)):
         con.print(f"re-queued {n} abandoned job(s)")
     remaining = {}
     for step in steps:
-        done = produce(protocol, step, items, store, screen, s.frames_dir, s.chunk_size, limit=limit,
+        done = produce(protocol, step, items, store, screen, settings.frames_dir, settings.chunk_size, limit=limit,
                        retry_failed=retry_failed, plan_only=plan_only)  # fmt: skip
-        show(con, done, screen.queue_name(step) if screen else "", s.redis_said())
+        show(con, done, screen.queue_name(step) if screen else "", settings.redis_said())
         print(f"STEP={step} REMAINING_TOTAL={done.remaining}" if label else f"REMAINING_TOTAL={done.remaining}")
         remaining[step] = done.remaining
     return screen, remaining
 
 
 def check_frames(
-    s: Settings,
+    settings: Settings,
     protocol: Protocol,
     steps: list[int],
     plan_only: bool = False,
@@ -69,15 +72,15 @@ def check_frames(
     """Steps with frames only with the frame cache they need (`plan.frames_refusal`): else one line naming the
     cache and the commands that fill it (InputError: exit 2), before anything is claimed, queued or started.
     A plan, or a screen told that the videos are meant to be missing, says the same as a warning and goes on."""
-    items = items or load_items(s.items_dir)
-    store = store or Store(s.results_dir, protocol.fingerprint)
-    why = frames_refusal(protocol, steps, items.items, store, s.frames_dir, s.frames_tar_dir)
+    items = items or load_items(settings.items_dir)
+    store = store or Store(settings.results_dir, protocol.fingerprint)
+    why = frames_refusal(protocol, steps, items.items, store, settings.frames_dir, settings.frames_tar_dir)
     if why is None:
         return
-    if s.allow_missing_frames:
+    if settings.allow_missing_frames:
         print(f"warning: {why} (screened without them: --allow-missing-frames)", file=sys.stderr, flush=True)
         return
-    fill = (f"fill it with `pool-frames` (extracts the shards in {s.frames_tar_dir}) or `pool-fetch --frames` "
+    fill = (f"fill it with `pool-frames` (extracts the shards in {settings.frames_tar_dir}) or `pool-fetch --frames` "
             "(downloads them first), or pass --allow-missing-frames (POOL_ALLOW_MISSING_FRAMES=1) when these videos "
             "are meant to be missing")  # fmt: skip
     if plan_only:
@@ -86,15 +89,15 @@ def check_frames(
     raise InputError(f"{why}; {fill}")
 
 
-def reach_redis(s: Settings) -> None:
+def reach_redis(settings: Settings) -> None:
     """One PING: a Redis that does not answer is one line (SetupError) naming it and, where a `.env` gave its
     URL, that file (a stopped demo's Redis: what to do about it)."""
     try:
-        s.redis().ping()
+        settings.redis().ping()
     except (redis.AuthenticationError, redis.OutOfMemoryError):  # named by cli.reports_errors
         raise
     except redis.RedisError as e:
-        raise SetupError(s.demo_gone() or f"cannot reach Redis at {s.redis_said()}: {e}") from None
+        raise SetupError(settings.demo_gone() or f"cannot reach Redis at {settings.redis_said()}: {e}") from None
 
 
 def show(con: Console, done: Produced, queue: str, redis: str) -> None:

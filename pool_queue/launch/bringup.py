@@ -69,7 +69,7 @@ class LaunchRun:
     (neither: every step, phase after phase), `--burst`, the simulated servers (None: vLLM), the wait for each
     server's health, and the folder flags it was given, which its pool-status line repeats."""
 
-    s: Settings
+    settings: Settings
     protocol: Protocol
     steps: list[int]
     step: int | None = None
@@ -138,18 +138,20 @@ def launch(run: LaunchRun) -> None:
     """What pool-launch does once its flags are read (and it was not asked for the plan only): the frame cache
     checked for the steps it serves, the GPUs found and sized, the ports checked, then its phases run one
     after the other; anything refused is refused before anything starts."""
-    s, protocol, sim = run.s, run.protocol, run.sim
-    check_frames(s, protocol, list(protocol.model_group(run.step)) if run.step else run.steps)  # what it serves
-    found = devices(s.ngpu, sim is not None)
+    settings, protocol, sim = run.settings, run.protocol, run.sim
+    check_frames(settings, protocol, list(protocol.model_group(run.step)) if run.step else run.steps)  # what it serves
+    found = devices(settings.ngpu, sim is not None)
     if not found:
         fail("no GPU visible (CUDA_VISIBLE_DEVICES / nvidia-smi); NGPU=N or --sim for simulated servers")
     gib = sim.gpu_gib if sim is not None else gpu_memory_gib(found[0])
-    shares = None if run.step or run.split else coserve(protocol, gib, s.gpu_util)
-    phases = plan_phases(s, protocol, run.step, run.split, found, shares)
-    sizes = [_sizes(s, protocol, servers, gib) for servers in phases]  # a GPU too small: refused before any start
-    hold("pool-launch", s.root, f"PORT0 {s.port0}")  # a second launcher here would fight for the same ports
+    shares = None if run.step or run.split else coserve(protocol, gib, settings.gpu_util)
+    phases = plan_phases(settings, protocol, run.step, run.split, found, shares)
+    # a GPU too small: refused before any start
+    sizes = [_sizes(settings, protocol, servers, gib) for servers in phases]
+    # a second launcher here would fight for the same ports
+    hold("pool-launch", settings.root, f"PORT0 {settings.port0}")
     stop = StopRequest().install()  # Ctrl-C, SIGTERM, SIGHUP: a drain instead of killing the launcher
-    with Procs(s.logs_dir) as own:  # an embedded Redis (--sim) lives as long as the launch
+    with Procs(settings.logs_dir) as own:  # an embedded Redis (--sim) lives as long as the launch
         _check_ports(phases, sizes)  # once what a killed launch left running here is stopped (entering `own`)
         _phases(run, len(found), phases, sizes, stop, own)
 
@@ -164,11 +166,12 @@ def _phases(
 ) -> None:
     """The phases one after the other; one that ends when its queues are empty starts only the servers whose
     steps have work."""
-    s, protocol, steps = run.s, run.protocol, run.steps
+    settings, protocol, steps = run.settings, run.protocol, run.steps
     if run.sim is not None:
-        s = _sim_redis(s, own)
-    s = _wait_redis(s, stop)  # before any server starts: a node job resubmitted during a Redis restart waits
-    run = replace(run, s=s)
+        settings = _sim_redis(settings, own)
+    # before any server starts: a node job resubmitted during a Redis restart waits
+    settings = _wait_redis(settings, stop)
+    run = replace(run, settings=settings)
     if run.step is None and not run.split:
 
         def on(v: Server) -> str:
@@ -183,8 +186,8 @@ def _phases(
     screen: Screen | None = None
     for i, (servers, sized) in enumerate(zip(phases, sizes, strict=True)):
         last = i == len(phases) - 1
-        with Procs(s.logs_dir) as procs:
-            screen, remaining = run_steps(s, protocol, steps, plan_only=False, label=run.step is None,
+        with Procs(settings.logs_dir) as procs:
+            screen, remaining = run_steps(settings, protocol, steps, plan_only=False, label=run.step is None,
                                           frames_checked=True)  # fmt: skip
             assert screen is not None  # run_steps stamped the results root
             burst = run.burst or not last  # a phase that hands over to the next ends when its queues are empty
@@ -198,10 +201,10 @@ def _phases(
             codes = _supervise(run, Phase(procs, screen, sized, burst, ready), stop)
         served |= {step for v in servers for step in v.steps}
         if any(codes):
-            fail(f"worker exit codes {codes}: see {s.logs_dir}/client_s*_gpu*.log", code=1)
+            fail(f"worker exit codes {codes}: see {settings.logs_dir}/client_s*_gpu*.log", code=1)
         if stop.is_set():
             break
-    run_steps(s, protocol, steps, plan_only=True, label=run.step is None)
+    run_steps(settings, protocol, steps, plan_only=True, label=run.step is None)
     if screen is not None:
         _say_what_waits(protocol, screen, served)
 
@@ -226,65 +229,70 @@ def _check_ports(phases: list[list[Server]], sizes: list[dict[tuple[int, ...], S
              "workers' metrics on PORT0+100+i+16k): stop what holds them, or give another PORT0")  # fmt: skip
 
 
-def _sim_redis(s: Settings, procs: Procs) -> Settings:
+def _sim_redis(settings: Settings, procs: Procs) -> Settings:
     """The CPU path: `--sim` with no Redis named (flag, environment, .env or POOL_REDIS_URL_FILE) and none
     answering at the default address starts an embedded one, as pool-demo does (its append-only file under
     <root>/redis-data, so a rerun resumes its queue), stopped with the launch. A Redis that was named is waited
     for, but with --sim only as long as `pool-worker --burst` waits, unless POOL_WAIT_REDIS_S is set."""
-    if "redis_url" in s.model_fields_set or s.redis_url_file is not None:
-        if "wait_redis_s" in s.model_fields_set or s.redis_url_file is not None:
-            return s
-        return s.model_copy(update={"wait_redis_s": min(s.wait_redis_s, BURST_WAIT_S)})
+    if "redis_url" in settings.model_fields_set or settings.redis_url_file is not None:
+        if "wait_redis_s" in settings.model_fields_set or settings.redis_url_file is not None:
+            return settings
+        return settings.model_copy(update={"wait_redis_s": min(settings.wait_redis_s, BURST_WAIT_S)})
     try:
-        s.redis().ping()
-        return s
+        settings.redis().ping()
+        return settings
     except AuthenticationError:
         raise
     except RedisError:
         pass
-    url = procs.redis(free_port(), redis_data(s.root, s.results_dir), aof=True)
-    print(f"--sim: no Redis at {s.redis_where()}, so an embedded one runs at {url} for this launch (stopped "
+    url = procs.redis(free_port(), redis_data(settings.root, settings.results_dir), aof=True)
+    print(f"--sim: no Redis at {settings.redis_where()}, so an embedded one runs at {url} for this launch (stopped "
           f"with it; `pool-status --redis-url {url}` meanwhile)", file=sys.stderr, flush=True)  # fmt: skip
-    return s.model_copy(update={"redis_url": url})
+    return settings.model_copy(update={"redis_url": url})
 
 
-def _wait_redis(s: Settings, stop: StopRequest) -> Settings:
+def _wait_redis(settings: Settings, stop: StopRequest) -> Settings:
     """Until Redis answers: one line when the outage begins (and every POOL_WAIT_NOTE_S while it lasts) and one
     when it ends, up to POOL_WAIT_REDIS_S; a refused password is not an outage (one line, exit 2, at once).
     With POOL_REDIS_URL_FILE (a Slurm Redis job writes its address there) and no REDIS_URL, the address is read
     from the file at every try: a node job submitted before the Redis job, or after it moved to another host,
     waits for the address that answers. The first SIGTERM or Ctrl-C ends the wait (nothing has started yet).
     Returns the settings with the URL that answered."""
-    base, t0, pause, said = s, time.monotonic(), 0.2, ""
+    base, t0, pause, said = settings, time.monotonic(), 0.2, ""
     noted = t0
     while True:
-        s, why = url_from_file(base)
+        settings, why = url_from_file(base)
         if why is None:
             try:
-                s.redis().ping()
+                settings.redis().ping()
                 break
             except AuthenticationError:
                 raise
             except RedisError as e:
-                why = f"Redis at {s.redis_said()} unreachable ({type(e).__name__})"
-                if (gone := s.demo_gone()) is not None:  # its Redis stopped with the demo: no wait can help
+                why = f"Redis at {settings.redis_said()} unreachable ({type(e).__name__})"
+                if (gone := settings.demo_gone()) is not None:  # its Redis stopped with the demo: no wait can help
                     fail(gone)
         if why != said:  # the wait's cause, said once (again only when it changes)
-            print(f"{why}; waiting up to {s.wait_redis_s:.0f} s (POOL_WAIT_REDIS_S)", file=sys.stderr, flush=True)
+            print(
+                f"{why}; waiting up to {settings.wait_redis_s:.0f} s (POOL_WAIT_REDIS_S)", file=sys.stderr, flush=True
+            )
             said, noted = why, time.monotonic()
-        elif time.monotonic() - noted >= s.wait_note_s:  # a long wait says so again, without repeating its cause
+        elif time.monotonic() - noted >= settings.wait_note_s:  # a long wait says so again, without repeating its cause
             noted = time.monotonic()
-            print(f"still waiting for Redis: {duration(noted - t0)} so far, gives up after {duration(s.wait_redis_s)}"
-                  " (POOL_WAIT_REDIS_S)", file=sys.stderr, flush=True)  # fmt: skip
-        if time.monotonic() - t0 > s.wait_redis_s:
-            fail(f"{why}: gave up after {s.wait_redis_s:.0f} s (POOL_WAIT_REDIS_S)")
+            print(f"still waiting for Redis: {duration(noted - t0)} so far, "
+                  f"gives up after {duration(settings.wait_redis_s)} (POOL_WAIT_REDIS_S)",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        if time.monotonic() - t0 > settings.wait_redis_s:
+            fail(f"{why}: gave up after {settings.wait_redis_s:.0f} s (POOL_WAIT_REDIS_S)")
         if stop.wait(pause):
             print("pool-launch: signal received while waiting for Redis: nothing started, stopping", file=sys.stderr)
             raise SystemExit(0)
         pause = min(2 * pause, 2.0)
     if said:
-        print(f"Redis at {s.redis_said()} is back after {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
-    return s
+        print(
+            f"Redis at {settings.redis_said()} is back after {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True
+        )
+    return settings
 
 
 def _say_what_waits(protocol: Protocol, screen: Screen, served: set[int]) -> None:
@@ -300,13 +308,15 @@ def _say_what_waits(protocol: Protocol, screen: Screen, served: set[int]) -> Non
               file=sys.stderr)  # fmt: skip
 
 
-def _sizes(s: Settings, protocol: Protocol, servers: list[Server], gib: float | None) -> dict[tuple[int, ...], Sizing]:
+def _sizes(
+    settings: Settings, protocol: Protocol, servers: list[Server], gib: float | None
+) -> dict[tuple[int, ...], Sizing]:
     """Batch and in-flight sizes per model group from the GPU's memory (`sizing.size`; a share of it when the
     models share the GPU, where step 3's batch needs its KV cache once: `sizing.coserve`). A GPU that cannot
     hold the model and one sequence is refused (one line, exit 2); one with room for only a small batch is
     warned about, one line each."""
     out = {
-        v.steps: size(protocol, v.steps, gib, v.util or s.gpu_util, s.max_seqs, s.workers,
+        v.steps: size(protocol, v.steps, gib, v.util or settings.gpu_util, settings.max_seqs, settings.workers,
                       copies=1 if v.util and many_images(protocol, v.steps) else 2)
         for v in {v.steps: v for v in servers}.values()
     }  # fmt: skip
@@ -319,27 +329,28 @@ def _sizes(s: Settings, protocol: Protocol, servers: list[Server], gib: float | 
 
 
 def _tuning(
-    s: Settings, protocol: Protocol, servers: list[Server], srv: Server, release: str | None, inflight: int
+    settings: Settings, protocol: Protocol, servers: list[Server], srv: Server, release: str | None, inflight: int
 ) -> Tuning:
     """The options for one server's cores (`server_cores`), said in one line. The vLLM release decides whether
     the workers send batches, and so whether a processor cache pays (`Tuning.for_cores`)."""
     cores = server_cores(protocol, servers, srv)
-    api = Tuning.for_cores(cores, s.api_servers, s.renderer_workers).api_servers
+    api = Tuning.for_cores(cores, settings.api_servers, settings.renderer_workers).api_servers
     frames = max(protocol.steps[step].n_frames for step in srv.steps)
     host_gib = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
     cache = cache_gb_per_api_server(frames, inflight, api, len(servers), host_gib)
-    t = Tuning.for_cores(cores, s.api_servers, s.renderer_workers, release, cache)
-    if s.batch == "off":
-        t = replace(t, why="POOL_BATCH=off: one request per forward, no processor cache")
+    tuning = Tuning.for_cores(cores, settings.api_servers, settings.renderer_workers, release, cache)
+    if settings.batch == "off":
+        tuning = replace(tuning, why="POOL_BATCH=off: one request per forward, no processor cache")
     elif release is None:
-        t = replace(t, why=f"the release of `{s.vllm}` unknown: no processor cache")
-    gib = t.processor_cache_gb
-    total = f" ({t.api_servers} x {gib:g} = {t.api_servers * gib:.1f} GiB of host memory)" if gib else ""
+        tuning = replace(tuning, why=f"the release of `{settings.vllm}` unknown: no processor cache")
+    gib = tuning.processor_cache_gb
+    total = f" ({tuning.api_servers} x {gib:g} = {tuning.api_servers * gib:.1f} GiB of host memory)" if gib else ""
     print(
-        f"{srv.name} server options: {t.api_servers} API servers, {t.renderer_workers} renderer threads, processor "
-        f"cache {gib:g} GiB per API server{total}, OMP_NUM_THREADS={t.omp_threads} unless set ({cores} cores); {t.why}"
+        f"{srv.name} server options: {tuning.api_servers} API servers, {tuning.renderer_workers} renderer threads, "
+        f"processor cache {gib:g} GiB per API server{total}, OMP_NUM_THREADS={tuning.omp_threads} unless set "
+        f"({cores} cores); {tuning.why}"
     )
-    return t
+    return tuning
 
 
 def _requests(srv: Server, batch: str) -> str:
@@ -358,13 +369,13 @@ def _requests(srv: Server, batch: str) -> str:
 
 
 def _budgets(
-    s: Settings, protocol: Protocol, servers: list[Server], sizes: dict[tuple[int, ...], Sizing], sim: bool
+    settings: Settings, protocol: Protocol, servers: list[Server], sizes: dict[tuple[int, ...], Sizing], sim: bool
 ) -> dict[tuple[int, ...], Budget]:
     """Each model group's prefill budget (`batched_tokens`), said in one line each. The installed vLLM's release
     is read only for MAX_BATCHED_TOKENS=derived (simulated servers: none, and the line says they take no budget:
     it is what a vLLM server in their place would be given)."""
-    release = vllm_release(s.vllm) if s.max_batched_tokens == "derived" and not sim else None
-    out = {g: batched_tokens(s, protocol, g, sizes[g], release) for g in dict.fromkeys(v.steps for v in servers)}
+    release = vllm_release(settings.vllm) if settings.max_batched_tokens == "derived" and not sim else None
+    out = {g: batched_tokens(settings, protocol, g, sizes[g], release) for g in dict.fromkeys(v.steps for v in servers)}
     for b in out.values():
         print(f"{b.why} {SIM_BUDGET}" if sim else b.why)
     return out
@@ -377,20 +388,23 @@ def _start_servers(
     to the workers as it becomes healthy. Two servers of one GPU start one after the other (vLLM sizes its KV
     cache from the GPU's free memory while it profiles, which the other's start would change under it); the
     first one's workers run meanwhile (on the H200 the 8B idled 178 s while the 2B started)."""
-    s, protocol, sim = run.s, run.protocol, run.sim is not None
+    settings, protocol, sim = run.settings, run.protocol, run.sim is not None
     try:
         paths = {g: snapshot(protocol, g, sim) for g in {srv.steps for srv in servers}}
     except LocalEntryNotFoundError as e:  # not in the local cache: say how to get it
         fail(f"model not in the local hub cache ({e}); run `pool-fetch --models` first (or set HF_HOME)")
-    known = None if sim else _flags_known(s.vllm)
+    known = None if sim else _flags_known(settings.vllm)
     name = {v: log_name("vllm", log_tag(v, run.step, run.split), v) for v in servers}
     tuning: dict[Server, Tuning | None] = dict.fromkeys(servers)  # a simulator takes none of vLLM's options
     if not sim:
-        release = None if s.batch == "off" else vllm_release(s.vllm)  # no batches: today's options
-        tuning = {v: _tuning(s, protocol, servers, v, release, s.workers or sizes[v.steps].max_seqs) for v in servers}
-    budget = _budgets(s, protocol, servers, sizes, sim)
+        release = None if settings.batch == "off" else vllm_release(settings.vllm)  # no batches: today's options
+        tuning = {
+            v: _tuning(settings, protocol, servers, v, release, settings.workers or sizes[v.steps].max_seqs)
+            for v in servers
+        }
+    budget = _budgets(settings, protocol, servers, sizes, sim)
     sim_args = ["--speed", str(run.sim.speed), "--warmup-s", str(run.sim.warmup_s)] if run.sim is not None else []
-    argv = {v: [*server_argv(s, protocol, v, paths[v.steps], sim, tuning[v], known, sizes[v.steps].max_seqs,
+    argv = {v: [*server_argv(settings, protocol, v, paths[v.steps], sim, tuning[v], known, sizes[v.steps].max_seqs,
                              budget[v.steps].tokens), *sim_args] for v in servers}  # fmt: skip
     for v in servers if sim else ():
         print(f"{v.name} simulator options: {sim_options(argv[v][len(SIM_COMMAND) :])}")
@@ -403,10 +417,10 @@ def _start_servers(
                 if bring.closed:
                     return
                 procs.start(name[v], argv[v], env=server_env(v, sim, tuning[v]))
-            if why := _wait_healthy(procs, name[v], v, run.health_timeout, s.wait_note_s):
-                bring.events.put((v, _explain(s.logs_dir / f"{name[v]}.log", why)))
+            if why := _wait_healthy(procs, name[v], v, run.health_timeout, settings.wait_note_s):
+                bring.events.put((v, _explain(settings.logs_dir / f"{name[v]}.log", why)))
                 return
-            print(f"{v.name} healthy after {time.monotonic() - t0:.0f} s; {_requests(v, s.batch)}", flush=True)
+            print(f"{v.name} healthy after {time.monotonic() - t0:.0f} s; {_requests(v, settings.batch)}", flush=True)
             bring.events.put((v, None))
 
     what = {v: f"{protocol.steps[v.steps[0]].model} (steps {','.join(map(str, v.steps))})" for v in servers}
@@ -441,7 +455,7 @@ class Bringup:
 def _watch_command(run: LaunchRun) -> str:
     """The pool-status line that shows this launch from the same shell: the folders it was given on its command
     line, and its Redis (an embedded one no setting names; a URL that holds a password is left to the settings)."""
-    redis = [] if "@" in run.s.redis_url else [f"--redis-url {run.s.redis_url}"]
+    redis = [] if "@" in run.settings.redis_url else [f"--redis-url {run.settings.redis_url}"]
     return " ".join(["pool-status --watch", *run.folder_flags, *redis])
 
 
@@ -449,9 +463,16 @@ def _supervise(run: LaunchRun, phase: Phase, stop: StopRequest) -> list[int]:
     """Each server's workers from the moment it is healthy, restarted when they die, until the queues are empty
     (burst) or a signal; then drain: no new jobs, in-flight forwards finish, rows written, jobs acknowledged.
     A server that fails to start stops the launch (exit 1) once the running workers have drained."""
-    s, procs, screen, sizes, ready, burst = run.s, phase.procs, phase.screen, phase.sizes, phase.ready, phase.burst
+    settings, procs, screen, sizes, ready, burst = (
+        run.settings,
+        phase.procs,
+        phase.screen,
+        phase.sizes,
+        phase.ready,
+        phase.burst,
+    )
     host = socket.gethostname()
-    common = ["--root", str(s.root), "--results", str(s.results_dir), "--redis-url", s.redis_url]
+    common = ["--root", str(settings.root), "--results", str(settings.results_dir), "--redis-url", settings.redis_url]
 
     def worker_starter(srv: Server, k: int) -> tuple[str, Callable[[], subprocess.Popen[bytes]]]:
         """Worker process k of a server: its own name, log and metrics port (k = 0 keeps the run package's)."""
@@ -487,7 +508,7 @@ def _supervise(run: LaunchRun, phase: Phase, stop: StopRequest) -> list[int]:
             for k in range(sizes[srv.steps].processes):
                 sup.add(*worker_starter(srv, k), srv.steps)
             print(f"{srv.name}: {sizes[srv.steps].processes} worker(s) started; progress: {_watch_command(run)}; "
-                  f"logs in {s.logs_dir}", flush=True)  # fmt: skip
+                  f"logs in {settings.logs_dir}", flush=True)  # fmt: skip
             if not ready.pending and not failed:  # a server that failed in this same round is not healthy
                 print("all servers healthy")
         with contextlib.suppress(RedisError):  # Redis away: its workers wait for it, the next look says more

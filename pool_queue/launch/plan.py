@@ -50,7 +50,7 @@ class Server:
 
 
 def plan_servers(
-    s: Settings, protocol: Protocol, step: int | None, split: str | None, devices: list[str]
+    settings: Settings, protocol: Protocol, step: int | None, split: str | None, devices: list[str]
 ) -> list[Server]:
     """GPU i serves the step's model on PORT0+i; `split` "3+1" puts the protocol's first model (steps 1-2)
     on 3 GPUs and its second (step 3) on 1."""
@@ -64,7 +64,7 @@ def plan_servers(
         if step is None:
             raise SetupError("give --step N or --split A+B")
         plan = [protocol.model_group(step)] * len(devices)
-    return [Server(i, d, g, s.port0 + i) for i, (d, g) in enumerate(zip(devices, plan, strict=False))]
+    return [Server(i, d, g, settings.port0 + i) for i, (d, g) in enumerate(zip(devices, plan, strict=False))]
 
 
 def metrics_port(srv: Server, k: int) -> int:
@@ -93,7 +93,7 @@ def split_counts(protocol: Protocol, split: str) -> list[int]:
 
 
 def plan_phases(
-    s: Settings,
+    settings: Settings,
     protocol: Protocol,
     step: int | None,
     split: str | None,
@@ -108,10 +108,10 @@ def plan_phases(
     over when the group's queues are empty: on several GPUs each phase fills them all (h200.md: a 3+1
     split leaves step 3 on one GPU)."""
     if step is not None or split:
-        return [plan_servers(s, protocol, step, split, devices)]
+        return [plan_servers(settings, protocol, step, split, devices)]
     if len(devices) == 1 and shares:
-        return [[Server(0, devices[0], g, s.port0 + i, util) for i, (g, util) in enumerate(shares.items())]]
-    return [[Server(i, d, g, s.port0 + i) for i, d in enumerate(devices)] for g in protocol.model_groups()]
+        return [[Server(0, devices[0], g, settings.port0 + i, util) for i, (g, util) in enumerate(shares.items())]]
+    return [[Server(i, d, g, settings.port0 + i) for i, d in enumerate(devices)] for g in protocol.model_groups()]
 
 
 def log_tag(srv: Server, step: int | None, split: str | None) -> str:

@@ -63,35 +63,37 @@ class Supervisor:
         these steps still have work, asked only for the steps of workers that can run (one that stopped on a
         configuration error takes no more work: its step's jobs are left for another launch to name)."""
         now = time.monotonic()
-        for name, c in self.children.items():
-            if c.due is not None and now >= c.due:
-                c.restarts += 1
-                self.log(f"{name}: starting again (restart {c.restarts})")
-                self._start(c)
-            if c.proc is None or c.due is not None or c.done:
+        for name, child in self.children.items():
+            if child.due is not None and now >= child.due:
+                child.restarts += 1
+                self.log(f"{name}: starting again (restart {child.restarts})")
+                self._start(child)
+            if child.proc is None or child.due is not None or child.done:
                 continue
-            rc = c.proc.poll()
+            rc = child.proc.poll()
             if rc is None:
                 continue
-            c.codes.append(rc)
+            child.codes.append(rc)
             if rc in FATAL:
                 self.log(f"{name}: exited with {rc} (a configuration error; see its log): not restarted")
-                c.done = True
+                child.done = True
             elif rc == 0 and self.burst:
-                c.done = True
+                child.done = True
             else:
-                ran = now - c.started
-                c.delay_s = self.backoff_s if ran >= self.healthy_s or not c.delay_s else c.delay_s * 2
-                c.delay_s = min(c.delay_s, self.max_backoff_s)
-                c.due = now + c.delay_s
-                self.log(f"{name}: exited unexpectedly with {rc} after {ran:.0f} s; restarting in {c.delay_s:.0f} s")
+                ran = now - child.started
+                child.delay_s = self.backoff_s if ran >= self.healthy_s or not child.delay_s else child.delay_s * 2
+                child.delay_s = min(child.delay_s, self.max_backoff_s)
+                child.due = now + child.delay_s
+                self.log(
+                    f"{name}: exited unexpectedly with {rc} after {ran:.0f} s; restarting in {child.delay_s:.0f} s"
+                )
         idle = [c for c in self.children.values() if c.done and c.codes and c.codes[-1] == 0]
         able = [c for c in self.children.values() if not (c.done and c.codes[-1] in FATAL)]
         if idle and len(idle) == len(able):
             if not work_left(sorted({s for c in able for s in c.steps})):
                 return False
-            for c in idle:  # a burst worker left while a chained step of ours still had work: again
-                self._start(c)
+            for child in idle:  # a burst worker left while a chained step of ours still had work: again
+                self._start(child)
         return any(not c.done for c in self.children.values())
 
     def running(self) -> list[subprocess.Popen[bytes]]:
@@ -100,7 +102,7 @@ class Supervisor:
     def exit_codes(self) -> list[int]:
         """Each worker's last exit code (after the caller stopped the running ones)."""
         out = []
-        for c in self.children.values():
-            rc = c.proc.poll() if c.proc is not None and c.due is None and not c.done else None
-            out.append(rc if rc is not None else (c.codes[-1] if c.codes else 0))
+        for child in self.children.values():
+            rc = child.proc.poll() if child.proc is not None and child.due is None and not child.done else None
+            out.append(rc if rc is not None else (child.codes[-1] if child.codes else 0))
         return out

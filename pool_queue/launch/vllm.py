@@ -230,11 +230,11 @@ class Frame:
         return frame_tokens(self.width, self.height)
 
 
-def served_frame(s: Settings, protocol: Protocol) -> Frame:
+def served_frame(settings: Settings, protocol: Protocol) -> Frame:
     """The pool's frames as served (long side `image_long_side`): the one of most tokens among the first frames
     of FRAME_SAMPLE videos; without frames on disk the protocol's largest, a square one."""
     side = protocol.image_long_side
-    read = sample_sizes(s.frames_dir, FRAME_SAMPLE)
+    read = sample_sizes(settings.frames_dir, FRAME_SAMPLE)
     if not read:
         return Frame(side, side, "the protocol's largest")
     w, h = max((served_size(w, h, side) for w, h in read), key=lambda wh: frame_tokens(*wh))
@@ -254,18 +254,18 @@ def default_budget(protocol: Protocol, steps: tuple[int, ...]) -> int:
 
 
 def batched_tokens(
-    s: Settings, protocol: Protocol, steps: tuple[int, ...], sized: Sizing, release: str | None
+    settings: Settings, protocol: Protocol, steps: tuple[int, ...], sized: Sizing, release: str | None
 ) -> Budget:
     """The user's MAX_BATCHED_TOKENS for every server; `derived` sizes a many-image group's from its frames per
     item, the frame size served (`served_frame`) and the release (`steps_held`, `sizing.step_budget`);
     otherwise the default."""
     name, default = f"steps {','.join(map(str, steps))}: --max-num-batched-tokens", default_budget(protocol, steps)
-    if isinstance(s.max_batched_tokens, int):
-        return Budget(s.max_batched_tokens, f"{name} {s.max_batched_tokens:,}: MAX_BATCHED_TOKENS as set")
-    if s.max_batched_tokens is None or default == BATCHED_TOKENS:
+    if isinstance(settings.max_batched_tokens, int):
+        return Budget(settings.max_batched_tokens, f"{name} {settings.max_batched_tokens:,}: MAX_BATCHED_TOKENS as set")
+    if settings.max_batched_tokens is None or default == BATCHED_TOKENS:
         derive = "; MAX_BATCHED_TOKENS=derived sizes it from the frames" if default != BATCHED_TOKENS else ""
         return Budget(default, f"{name} {default:,}: the default{derive}")
-    frames, held, frame = images_per_prompt(protocol, steps), steps_held(release), served_frame(s, protocol)
+    frames, held, frame = images_per_prompt(protocol, steps), steps_held(release), served_frame(settings, protocol)
     per_video = frames * frame.tokens
     how = "two steps in flight" if held == 2 else "one step at a time"
     on = f"vLLM {release}" if release else "an unknown vLLM release, taken as a newer one"
@@ -286,7 +286,7 @@ def snapshot(protocol: Protocol, steps: tuple[int, ...], sim: bool) -> str:
 
 
 def server_argv(
-    s: Settings,
+    settings: Settings,
     protocol: Protocol,
     srv: Server,
     model_path: str,
@@ -307,14 +307,14 @@ def server_argv(
         "--max-logprobs", str(protocol.top_logprobs),
         "--limit-mm-per-prompt", json.dumps({"image": images, "video": 0}),
         "--max-model-len", str(MAX_MODEL_LEN),
-        "--max-num-seqs", str(s.max_seqs or max_seqs or FALLBACK_SEQS),
+        "--max-num-seqs", str(settings.max_seqs or max_seqs or FALLBACK_SEQS),
     ]  # fmt: skip
     if sim:
         return [*SIM_COMMAND, "--model", spec.model, *fixed]
     return [
-        *shlex.split(s.vllm), "serve", model_path, *fixed,
+        *shlex.split(settings.vllm), "serve", model_path, *fixed,
         "--host", "0.0.0.0",
-        "--gpu-memory-utilization", str(srv.util or s.gpu_util),
+        "--gpu-memory-utilization", str(srv.util or settings.gpu_util),
         "--mm-processor-kwargs", json.dumps({"max_pixels": MAX_PIXELS}),
         "--dtype", "bfloat16",
         "--max-num-batched-tokens", str(budget or default_budget(protocol, srv.steps)),

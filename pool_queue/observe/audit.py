@@ -69,23 +69,23 @@ def run_audit(
 ) -> Audit:
     """The audit of a results root; `tar_dir`: the frame shards' folder, whose manifest tells a cache short of
     its videos from one whole per its snapshot (None: no manifest to go by)."""
-    a = Audit()
+    audit = Audit()
     segs = [(step, seg) for step in sorted(protocol.steps) for seg in Store(root, protocol.fingerprint).segments(step)]
-    a.segments = len(segs)
+    audit.segments = len(segs)
     with byte_progress("audit: rows", sum(p.stat().st_size for _, p in segs), show) as advance:
         for step, seg in segs:
-            _scan(a, step, seg, protocol, advance)
-    _check_fingerprints(a, root, protocol)
-    if a.problems and any(f.check == "protocol" for f in a.problems):
-        return a  # the store refuses mixed protocols: the checks below need one
+            _scan(audit, step, seg, protocol, advance)
+    _check_fingerprints(audit, root, protocol)
+    if audit.problems and any(f.check == "protocol" for f in audit.problems):
+        return audit  # the store refuses mixed protocols: the checks below need one
     store = Store(root, protocol.fingerprint)
     known = items.items.column("item_id")
     for step in sorted(protocol.steps):
         idx = store.index(step)
-        _check_duplicates(a, step, idx)
+        _check_duplicates(audit, step, idx)
         unknown = pc.filter(idx.column("item_id"), pc.invert(pc.is_in(idx.column("item_id"), value_set=known)))
         if len(unknown):
-            a.problem(
+            audit.problem(
                 "unknown items",
                 f"step {step}: {len(unknown)} rows for items not in the item table",
                 unknown.to_pylist(),
@@ -97,10 +97,12 @@ def run_audit(
             if len(stray):
                 frames = " with frames" if protocol.steps[step].frames != "none" else ""
                 why = f"step-{prev} survivors{frames}"
-                a.problem("chain", f"step {step}: {len(stray)} rows for items that are not {why}", stray.to_pylist())
+                audit.problem(
+                    "chain", f"step {step}: {len(stray)} rows for items that are not {why}", stray.to_pylist()
+                )
             bare = frameless(protocol, step, items.items, store, frames_dir)
             if bare.other and (short := cache_shortfall(frames_dir, tar_dir)) is not None:
-                (a.problem if complete and not allow_missing_frames else a.warn)(
+                (audit.problem if complete and not allow_missing_frames else audit.warn)(
                     "frames",
                     f"step {step}: {bare.other} survivors of step {prev} ({bare.other_videos} videos that are not "
                     f"`k:`) were never screened, as {short}: fill it (`pool-frames`, `pool-fetch --frames`), then "
@@ -109,15 +111,15 @@ def run_audit(
         settled = pc.sum(pc.is_in(elig, value_set=store.settled(step))).as_py() or 0
         left = len(elig) - settled
         if left:
-            (a.problem if complete else a.warn)(
+            (audit.problem if complete else audit.warn)(
                 "incomplete",
                 f"step {step}: {left} of {len(elig)} eligible items have no final row yet "
                 f"(REMAINING_TOTAL={left}); pool-enqueue --step {step} queues them",
             )
-    return a
+    return audit
 
 
-def _scan(a: Audit, step: int, seg: Path, protocol: Protocol, advance: Callable[[int], None]) -> None:
+def _scan(audit: Audit, step: int, seg: Path, protocol: Protocol, advance: Callable[[int], None]) -> None:
     """Parse and validate every line of one segment, unlike the index, which skips what it cannot read. A line
     at a time: a segment of the full pool is ~400 MB, and the audit's memory stays flat at any size."""
     n_orders = protocol.steps[step].n_orders
@@ -126,7 +128,7 @@ def _scan(a: Audit, step: int, seg: Path, protocol: Protocol, advance: Callable[
     with seg.open("rb") as f:
         for line in f:
             if not line.endswith(b"\n"):
-                a.problem(
+                audit.problem(
                     "torn line",
                     f"{seg}: {len(line)} bytes at offset {pos} without an end of line (a write cut short by a "
                     "crash, or refused by the disk and not yet cut back by its worker, which does so once writes "
@@ -137,12 +139,14 @@ def _scan(a: Audit, step: int, seg: Path, protocol: Protocol, advance: Callable[
             try:
                 row = Row.model_validate(orjson.loads(line))
             except (orjson.JSONDecodeError, ValidationError) as e:
-                a.problem("unparsable row", f"{seg}: offset {pos}: {str(e).splitlines()[0][:200]}")
+                audit.problem("unparsable row", f"{seg}: offset {pos}: {str(e).splitlines()[0][:200]}")
             else:
-                a.rows += 1
-                a.fingerprints[row.fingerprint] += 1
+                audit.rows += 1
+                audit.fingerprints[row.fingerprint] += 1
                 if row.step != step:
-                    a.problem("wrong step", f"{seg}: offset {pos}: a step-{row.step} row in step{step}/", [row.item_id])
+                    audit.problem(
+                        "wrong step", f"{seg}: offset {pos}: a step-{row.step} row in step{step}/", [row.item_id]
+                    )
                 if row.status == "ok" and not _orders_ok(row, protocol, step):
                     bad_orders.append(row.item_id)
             pos += len(line)
@@ -151,7 +155,7 @@ def _scan(a: Audit, step: int, seg: Path, protocol: Protocol, advance: Callable[
                 shown = pos
     advance(pos - shown)  # the bytes read: a segment still being written never shows over 100 %
     if bad_orders:
-        a.problem(
+        audit.problem(
             f"step-{step} orders",
             f"{seg}: {len(bad_orders)} ok rows without the protocol's {n_orders} orders",
             bad_orders,
@@ -166,17 +170,17 @@ def _orders_ok(row: Row, protocol: Protocol, step: int) -> bool:
     return [f.order for f in row.forwards] == protocol.orders(step, row.item_id, n)
 
 
-def _check_fingerprints(a: Audit, root: Path, protocol: Protocol) -> None:
+def _check_fingerprints(audit: Audit, root: Path, protocol: Protocol) -> None:
     stamp = root / STAMP
     theirs = orjson.loads(stamp.read_bytes()).get("fingerprint") if stamp.exists() else None
     if theirs is not None and theirs != protocol.fingerprint:
-        a.problem("protocol", f"{stamp} says {theirs}; auditing against {protocol.fingerprint} (--protocol-file?)")
-    if len(a.fingerprints) > 1 or (a.fingerprints and protocol.fingerprint not in a.fingerprints):
-        counts = ", ".join(f"{fp}: {n} rows" for fp, n in a.fingerprints.most_common())
-        a.problem("protocol", f"rows of more than one protocol or not of {protocol.fingerprint}: {counts}")
+        audit.problem("protocol", f"{stamp} says {theirs}; auditing against {protocol.fingerprint} (--protocol-file?)")
+    if len(audit.fingerprints) > 1 or (audit.fingerprints and protocol.fingerprint not in audit.fingerprints):
+        counts = ", ".join(f"{fp}: {n} rows" for fp, n in audit.fingerprints.most_common())
+        audit.problem("protocol", f"rows of more than one protocol or not of {protocol.fingerprint}: {counts}")
 
 
-def _check_duplicates(a: Audit, step: int, idx: pa.Table) -> None:
+def _check_duplicates(audit: Audit, step: int, idx: pa.Table) -> None:
     ok = idx.filter(pc.equal(idx.column("status"), "ok"))
     if not ok.num_rows:
         return
@@ -189,14 +193,14 @@ def _check_duplicates(a: Audit, step: int, idx: pa.Table) -> None:
     bad = pc.filter(rep.column("item_id"), split).to_pylist()
     same = pc.filter(rep.column("item_id"), pc.invert(split)).to_pylist()
     if bad:
-        a.problem(
+        audit.problem(
             "duplicate winners",
             f"step {step}: {len(bad)} items have several ok rows that disagree "
             "(removed or pred); which one users read would be arbitrary",
             bad,
         )
     if same:
-        a.warn(
+        audit.warn(
             "repeated rows",
             f"step {step}: {len(same)} items have several ok rows with the same verdict "
             "(work repeated after a crash or a lost lease); the earliest is read",
@@ -212,18 +216,20 @@ def _lines(tag: str, found: list[Finding]) -> list[str]:
     return out
 
 
-def summary(a: Audit) -> str:
-    lines = _lines("PROBLEM", a.problems) + _lines("warning", a.warnings)
-    verdict = f"{len(a.problems)} problem(s)" if a.problems else "OK"
-    lines.append(f"audit: {a.rows:,} rows in {a.segments} segment(s): {verdict}, {len(a.warnings)} warning(s)")
+def summary(audit: Audit) -> str:
+    lines = _lines("PROBLEM", audit.problems) + _lines("warning", audit.warnings)
+    verdict = f"{len(audit.problems)} problem(s)" if audit.problems else "OK"
+    lines.append(
+        f"audit: {audit.rows:,} rows in {audit.segments} segment(s): {verdict}, {len(audit.warnings)} warning(s)"
+    )
     return "\n".join(lines)
 
 
-def audit_results(s: Settings, complete: bool = False) -> Audit:
+def audit_results(settings: Settings, complete: bool = False) -> Audit:
     """The audit of the results root the settings name (exits with the reason when there is none)."""
-    if not s.results_dir.is_dir():
-        what = "is a file, not a folder" if s.results_dir.exists() else "does not exist"
-        fail(f"results folder {s.results_dir} ({s.results_named()}) {what}")
-    items = load_items(s.items_dir)
-    return run_audit(s.results_dir, load_protocol(s), items, s.frames_dir, complete=complete,
-                     tar_dir=s.frames_tar_dir, allow_missing_frames=s.allow_missing_frames)  # fmt: skip
+    if not settings.results_dir.is_dir():
+        what = "is a file, not a folder" if settings.results_dir.exists() else "does not exist"
+        fail(f"results folder {settings.results_dir} ({settings.results_named()}) {what}")
+    items = load_items(settings.items_dir)
+    return run_audit(settings.results_dir, load_protocol(settings), items, settings.frames_dir, complete=complete,
+                     tar_dir=settings.frames_tar_dir, allow_missing_frames=settings.allow_missing_frames)  # fmt: skip

@@ -60,12 +60,12 @@ def markdown(
     md += ["## Return report", ""]
     rows = []
     cache = prefix_cache.read(results)
-    for s, r in reps.items():
-        ex = ", ".join(r.error_ids[:EXAMPLES]) + (" ..." if r.n_errors > EXAMPLES else "")
-        rate = "-" if r.items_per_s is None else f"{r.items_per_s:.1f}"
-        hit = cache[s].rate if s in cache else None
+    for step, rep in reps.items():
+        ex = ", ".join(rep.error_ids[:EXAMPLES]) + (" ..." if rep.n_errors > EXAMPLES else "")
+        rate = "-" if rep.items_per_s is None else f"{rep.items_per_s:.1f}"
+        hit = cache[step].rate if step in cache else None
         hits = f"{100 * hit:.1f} %" if hit is not None else "-"
-        rows.append([s, f"{r.done:,}", f"{r.n_removed:,}", f"{r.n_errors:,}", ex or "-", duration(r.wall_s)])
+        rows.append([step, f"{rep.done:,}", f"{rep.n_removed:,}", f"{rep.n_errors:,}", ex or "-", duration(rep.wall_s)])
         rows[-1] += [rate, hits]
     head = ["step", "items done", "removed", "error rows", "example error ids", "wall", "items/s", "prefix-cache hits"]
     md += _table(head, rows)

@@ -20,9 +20,9 @@ def removal_by_benchmark(reps: dict[int, StepReport], path: Path) -> None:
     fig = Figure(figsize=(9, max(3.0, 0.6 + 0.2 * len(benches))))
     ax = fig.subplots()
     y = np.arange(len(benches))
-    for s, r in rates.items():
-        xs = [100 * r[b] if b in r else np.nan for b in benches]
-        ax.scatter(xs, y, s=22, color=COLORS[s], label=NAMES[s], zorder=3)
+    for step, by_bench in rates.items():
+        xs = [100 * by_bench[b] if b in by_bench else np.nan for b in benches]
+        ax.scatter(xs, y, s=22, color=COLORS[step], label=NAMES[step], zorder=3)
     ax.set_yticks(y, benches, fontsize=7 if len(benches) > 40 else 9)
     ax.set_ylim(-0.7, len(benches) - 0.3)
     ax.set_xlim(-2, 102)
@@ -39,7 +39,7 @@ def margins(reps: dict[int, StepReport], threshold: float, path: Path) -> None:
     """Per step, the margin histogram split into removed and kept, with the threshold marked."""
     fig = Figure(figsize=(4.2 * len(reps), 3.4))
     axes = fig.subplots(1, len(reps), squeeze=False)
-    for ax, (s, rep) in zip(axes[0], reps.items(), strict=True):
+    for ax, (step, rep) in zip(axes[0], reps.items(), strict=True):
         ok = rep.ok
         m = np.asarray(ok.column("margin").to_numpy(zero_copy_only=False), dtype=float)
         rm = np.asarray(ok.column("removed").fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
@@ -51,14 +51,14 @@ def margins(reps: dict[int, StepReport], threshold: float, path: Path) -> None:
                 [np.clip(m[~rm], lo, hi), np.clip(m[rm], lo, hi)],
                 bins=bins,
                 stacked=True,
-                color=["#999999", COLORS[s]],
+                color=["#999999", COLORS[step]],
                 label=["kept", "removed"],
             )
             ax.legend(fontsize=8)
         ax.axvline(threshold, color="k", ls="--", lw=1)
         ax.text(threshold, ax.get_ylim()[1] * 0.95, " ln 2", fontsize=8, va="top")
-        ax.set_title(f"{NAMES[s]}: {len(m):,} items", fontsize=10)
-        ax.set_xlabel("mean margin over orders" if s == 1 else "margin (gold - best other)")
+        ax.set_title(f"{NAMES[step]}: {len(m):,} items", fontsize=10)
+        ax.set_xlabel("mean margin over orders" if step == 1 else "margin (gold - best other)")
         ax.set_ylabel("items")
     fig.suptitle("Margin distributions")
     fig.tight_layout()
@@ -73,9 +73,11 @@ def picked_letters(reps: dict[int, StepReport], path: Path) -> None:
     ax = fig.subplots()
     width = 0.8 / max(1, len(counts))
     x = np.arange(len(keys))
-    for i, (s, c) in enumerate(counts.items()):
-        total = sum(c.values()) or 1
-        ax.bar(x + i * width, [100 * c.get(k, 0) / total for k in keys], width, color=COLORS[s], label=NAMES[s])
+    for i, (step, counted) in enumerate(counts.items()):
+        total = sum(counted.values()) or 1
+        ax.bar(
+            x + i * width, [100 * counted.get(k, 0) / total for k in keys], width, color=COLORS[step], label=NAMES[step]
+        )
     ax.set_xticks(x + width * (len(counts) - 1) / 2, keys)
     ax.set_ylabel("% of the step's items")
     ax.set_xlabel("letter picked")

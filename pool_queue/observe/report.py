@@ -80,19 +80,19 @@ def working_rate(rows: pa.Table, busy: float | None = None) -> float | None:
 
 
 def step_report(step: int, store: Store, items: ItemSet) -> StepReport:
-    w = step_rows(step, store, items)
+    rows = step_rows(step, store, items)
     final = store.settled(step)
-    done = _count(pc.is_in(w.column("item_id"), value_set=final))
-    errs = w.filter(pc.equal(w.column("status"), "error")).sort_by("item_id")
+    done = _count(pc.is_in(rows.column("item_id"), value_set=final))
+    errs = rows.filter(pc.equal(rows.column("status"), "error")).sort_by("item_id")
     per_gpu = []
-    if w.num_rows:
-        gpus = _gpus(store, step, w)
-        of_row = pa.array([gpus[s] for s in w.column("segment").to_pylist()], pa.string())
+    if rows.num_rows:
+        gpus = _gpus(store, step, rows)
+        of_row = pa.array([gpus[s] for s in rows.column("segment").to_pylist()], pa.string())
         for gpu in sorted(set(gpus.values())):
-            mine = w.filter(pc.equal(of_row, gpu))
+            mine = rows.filter(pc.equal(of_row, gpu))
             servers = ", ".join(sorted(set(pc.fill_null(mine.column("server"), "?").to_pylist())))
             per_gpu.append((gpu, servers, mine.num_rows, busy_s(mine)))
-    return StepReport(step, w, done, errs.column("item_id").to_pylist(), busy_s(w), per_gpu)
+    return StepReport(step, rows, done, errs.column("item_id").to_pylist(), busy_s(rows), per_gpu)
 
 
 def busy_s(rows: pa.Table) -> float:
@@ -122,10 +122,10 @@ def _gpus(store: Store, step: int, w: pa.Table) -> dict[str, str]:
     first[1:] = pc.not_equal(seg.slice(1), seg.slice(0, len(seg) - 1)).to_numpy(zero_copy_only=False)
     t = t.filter(pa.array(first))
     out = {}
-    for s, row in zip(t.column("segment").to_pylist(), store.read_rows(step, t), strict=True):
+    for segment, row in zip(t.column("segment").to_pylist(), store.read_rows(step, t), strict=True):
         name = str(row.get("worker") or row.get("server") or "?")
         m = LAUNCHED.fullmatch(name)
-        out[s] = f"{m['host']} {m['gpu']}" if m else UNIQUE_SUFFIX.sub("", name)
+        out[segment] = f"{m['host']} {m['gpu']}" if m else UNIQUE_SUFFIX.sub("", name)
     return out
 
 

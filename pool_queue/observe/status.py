@@ -151,18 +151,18 @@ class StatusReader:
         self,
         step: int,
         now: float,
-        q: Held | None,
+        in_queue: Held | None,
         cache: prefix_cache.StepCache | None,
         workers: int | None,
         open_before: bool,
     ) -> StepStatus:
         elig = eligible(self.protocol, step, self.items.items, self.store, self.frames_dir).column("item_id")
-        w = self.store.winners(step)
-        w = w.filter(pc.is_in(w.column("item_id"), value_set=elig))
-        ok = pc.equal(w.column("status"), "ok")
-        held = q or Held(0, _NONE, 0, _NONE, 0)
+        winners = self.store.winners(step)
+        winners = winners.filter(pc.is_in(winners.column("item_id"), value_set=elig))
+        ok = pc.equal(winners.column("status"), "ok")
+        held = in_queue or Held(0, _NONE, 0, _NONE, 0)
         done, queued, running = split(elig, self.store.settled(step), held.running, held.queued)
-        finished = w.column("finished_at")
+        finished = winners.column("finished_at")
         rates = [_count(pc.greater_equal(finished, now - win)) / _span(finished, now, win) for win in WINDOWS_S]
         upper = len(reachable(self.protocol, step, self.items.items, self.store, self.frames_dir)) if open_before else 0
         remaining = max(upper, len(elig)) - done
@@ -173,16 +173,16 @@ class StatusReader:
             eligible=len(elig),
             done=done,
             ok=_count(ok),
-            removed=_count(pc.and_(ok, pc.fill_null(w.column("removed"), False))),
-            errors=w.num_rows - _count(ok),
+            removed=_count(pc.and_(ok, pc.fill_null(winners.column("removed"), False))),
+            errors=winners.num_rows - _count(ok),
             no_frames=bare.total,
             no_frames_other=bare.other,
             remaining=remaining,
-            queued_jobs=q.queued_jobs if q else None,
-            queued_items=queued if q else None,
-            running_jobs=q.running_jobs if q else None,
-            running_items=running if q else None,
-            failed_jobs=q.failed_jobs if q else None,
+            queued_jobs=in_queue.queued_jobs if in_queue else None,
+            queued_items=queued if in_queue else None,
+            running_jobs=in_queue.running_jobs if in_queue else None,
+            running_items=running if in_queue else None,
+            failed_jobs=in_queue.failed_jobs if in_queue else None,
             items_per_s_1m=rates[0],
             items_per_s_5m=rates[1],
             items_per_s_working=working_rate(step_rows(step, self.store, self.items)),

@@ -123,9 +123,9 @@ def _boot_id() -> str:
 def free_port() -> int:
     """A port the kernel picks as free now (bound to port 0 and let go): for a child we start at once. It is
     drawn from the ephemeral range, so it vouches for itself only, not for its neighbours (`port_taken`)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def port_taken(port: int) -> bool:
@@ -137,10 +137,10 @@ def port_taken(port: int) -> bool:
     bind is made as our servers make theirs (vLLM, the simulator, Redis): on every address, with
     SO_REUSEADDR, so a closed connection's TIME_WAIT does not count as taken (the server would start) and a
     listener on any address does (it would not). The answer holds for this moment only."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind(("", port))
+            sock.bind(("", port))
         except OSError:
             return True
     return False
@@ -168,8 +168,8 @@ def wait_port(port: int, timeout: float, proc: subprocess.Popen[bytes] | None = 
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"process exited with {proc.returncode} before listening on {port}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
                 return
         time.sleep(0.05)
     raise TimeoutError(f"nothing listens on port {port} after {timeout:.0f} s")

@@ -22,16 +22,16 @@ from rich.progress import (
 console = Console(stderr=True)
 
 
-def duration(s: float | None) -> str:
+def duration(span_s: float | None) -> str:
     """A span of time as people read it in a status line: `4m 05s`, `2h 03m`, `1d 4h`; None is `-`."""
-    if s is None:
+    if span_s is None:
         return "-"
-    s = int(s)
-    if s >= 86400:
-        return f"{s // 86400}d {s % 86400 // 3600}h"
-    if s >= 3600:
-        return f"{s // 3600}h {s % 3600 // 60:02d}m"
-    return f"{s // 60}m {s % 60:02d}s"
+    span_s = int(span_s)
+    if span_s >= 86400:
+        return f"{span_s // 86400}d {span_s % 86400 // 3600}h"
+    if span_s >= 3600:
+        return f"{span_s // 3600}h {span_s % 3600 // 60:02d}m"
+    return f"{span_s // 60}m {span_s % 60:02d}s"
 
 
 @contextmanager

@@ -144,13 +144,13 @@ class SegmentIndex:
     ) -> tuple[pa.Table, np.ndarray]:
         """Slow path for a block with a damaged line: parse line by line and skip what is broken."""
         rows, keep = [], np.zeros(len(starts), dtype=bool)
-        for i, (s, n) in enumerate(zip(starts.tolist(), lengths.tolist(), strict=True)):
+        for i, (start, length) in enumerate(zip(starts.tolist(), lengths.tolist(), strict=True)):
             try:
-                r = orjson.loads(data[s : s + n])
-                rows.append({f.name: r.get(f.name) for f in INDEX_FIELDS})
+                row = orjson.loads(data[start : start + length])
+                rows.append({f.name: row.get(f.name) for f in INDEX_FIELDS})
                 keep[i] = True
             except orjson.JSONDecodeError:
-                log.warning("%s: skipping an unparsable line at offset %d", seg_name, s)
+                log.warning("%s: skipping an unparsable line at offset %d", seg_name, start)
         return pa.Table.from_pylist(rows, schema=INDEX_FIELDS), keep
 
     @staticmethod

@@ -52,9 +52,11 @@ def screen(url: str, frames: Path, groups: list[list[Item]], step: int = 3, batc
     async def go() -> tuple[list[list[Row]], Screener]:
         async with VLLMClient(url, max_attempts=2, backoff_s=0.01) as client:
             spec = P.steps[step]
-            s = Screener(P, client, frames, Identity(P.fingerprint, spec.model, spec.revision, url, "t"), Slots(16))
-            s.batch = batch and await client.batch_endpoint()
-            return [await s.screen_group(step, g) for g in groups], s
+            screener = Screener(
+                P, client, frames, Identity(P.fingerprint, spec.model, spec.revision, url, "t"), Slots(16)
+            )
+            screener.batch = batch and await client.batch_endpoint()
+            return [await screener.screen_group(step, g) for g in groups], screener
 
     return asyncio.run(go())
 
@@ -70,11 +72,11 @@ def tops(rows: list[Row]) -> list[list[list[tuple[str, float]]]]:
 def test_a_videos_items_go_as_one_batch_with_the_answers_of_each_alone(procs, frames):
     url = sim(procs)
     (alone,), _ = screen(url, frames, [items("v0")], batch=False)
-    (batched,), s = screen(url, frames, [items("v0")])
-    assert sent(alone) == {"single"} and sent(batched) == {"batch"} and s.fallbacks == 0
+    (batched,), screener = screen(url, frames, [items("v0")])
+    assert sent(alone) == {"single"} and sent(batched) == {"batch"} and screener.fallbacks == 0
     assert tops(alone) == tops(batched) and [r.removed for r in alone] == [r.removed for r in batched]
     assert all(f.prompt_tokens is None for r in batched for f in r.forwards)  # the batch's usage sums them
-    assert s.tokens[3] > 3 * 32 * 100  # ...and the prefix-cache meter gets the sum
+    assert screener.tokens[3] > 3 * 32 * 100  # ...and the prefix-cache meter gets the sum
     metrics = httpx.get(f"{url}/metrics").text
     hits = next(float(x.split()[-1]) for x in metrics.splitlines() if x.startswith("vllm:mm_cache_hits_total"))
     assert hits >= 2 * 32  # the siblings' frames came from the server's processor cache
@@ -86,10 +88,10 @@ def test_a_videos_items_go_as_one_batch_with_the_answers_of_each_alone(procs, fr
 
 def test_one_refused_item_of_a_batch_costs_its_siblings_nothing(procs, frames):
     url = sim(procs)
-    (rows,), s = screen(url, frames, [items("v0", long=1)])
+    (rows,), screener = screen(url, frames, [items("v0", long=1)])
     assert [r.status for r in rows] == ["ok", "error", "ok"]
     assert rows[1].error_kind == "permanent" and "maximum context length" in (rows[1].error or "")
-    assert s.fallbacks == 1 and sent([rows[0], rows[2]]) == {"single"}  # sent again one by one
+    assert screener.fallbacks == 1 and sent([rows[0], rows[2]]) == {"single"}  # sent again one by one
     (alone,), _ = screen(url, frames, [[rows_item for rows_item in items("v0") if rows_item.item_id != "v0-1"]])
     assert tops([rows[0], rows[2]]) == tops(alone)  # the same answers as the siblings' own batch
 
@@ -97,9 +99,9 @@ def test_one_refused_item_of_a_batch_costs_its_siblings_nothing(procs, frames):
 def test_a_cache_that_never_holds_a_frame_costs_no_item_and_batches_carry_frames_after_a_streak(procs, frames):
     url = sim(procs, "--mm-processor-cache-gb", "0")  # a server started without the processor cache
     groups = [items(f"v{v}") for v in range(MISS_STREAK + 1)]
-    out, s = screen(url, frames, groups)
+    out, screener = screen(url, frames, groups)
     assert all(r.status == "ok" for rows in out for r in rows)
-    assert s.fallbacks == MISS_STREAK and not s.refs  # then every conversation carries the frames
+    assert screener.fallbacks == MISS_STREAK and not screener.refs  # then every conversation carries the frames
     assert [sent(rows) for rows in out] == [{"single"}] * MISS_STREAK + [{"batch"}]
     (want,), _ = screen(url, frames, [groups[-1]], batch=False)
     assert tops(out[-1]) == tops(want)
@@ -107,12 +109,12 @@ def test_a_cache_that_never_holds_a_frame_costs_no_item_and_batches_carry_frames
 
 def test_a_cache_lost_between_requests_or_out_of_step_with_the_engine_charges_no_item(procs, frames):
     url = sim(procs, "--fault-schedule", "3:stale")  # vLLM's 500 "Expected a cached item" on the third request
-    (first, second, third), s = screen(url, frames, [items("v0"), items("v1"), items("v2")])
-    assert s.fallbacks == 1 and [sent(first), sent(second), sent(third)] == [{"batch"}, {"batch"}, {"single"}]
+    (first, second, third), screener = screen(url, frames, [items("v0"), items("v1"), items("v2")])
+    assert screener.fallbacks == 1 and [sent(first), sent(second), sent(third)] == [{"batch"}, {"batch"}, {"single"}]
     assert all(r.status == "ok" for r in first + second + third)
     httpx.post(f"{url}/_sim/mode", json={"reset_mm_cache": True}).raise_for_status()  # as a restart empties it
-    (again,), s = screen(url, frames, [items("v0")])  # each batch's first conversation carries the frames
-    assert s.fallbacks == 0 and sent(again) == {"batch"} and tops(again) == tops(first)
+    (again,), screener = screen(url, frames, [items("v0")])  # each batch's first conversation carries the frames
+    assert screener.fallbacks == 0 and sent(again) == {"batch"} and tops(again) == tops(first)
 
 
 def test_batches_of_several_videos_share_the_bound_by_what_they_cost_the_server(procs, frames):
@@ -129,9 +131,11 @@ def test_batches_of_several_videos_share_the_bound_by_what_they_cost_the_server(
     async def go() -> list[list[Row]]:
         async with VLLMClient(url, max_attempts=2, backoff_s=0.01) as client:
             spec = P.steps[3]
-            s = Screener(P, client, frames, Identity(P.fingerprint, spec.model, spec.revision, url, "t"), Slots(4))
-            s.batch = await client.batch_endpoint()
-            return list(await asyncio.gather(*(s.screen_group(3, g) for g in groups)))
+            screener = Screener(
+                P, client, frames, Identity(P.fingerprint, spec.model, spec.revision, url, "t"), Slots(4)
+            )
+            screener.batch = await client.batch_endpoint()
+            return list(await asyncio.gather(*(screener.screen_group(3, g) for g in groups)))
 
     out = asyncio.run(go())
     assert all(r.status == "ok" for rows in out for r in rows) and [sent(rows) for rows in out] == [{"batch"}] * 4

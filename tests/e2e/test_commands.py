@@ -57,14 +57,15 @@ def test_settings_env_flags_and_secrets(monkeypatch, tmp_path):
     monkeypatch.setenv("POOL_SERVERS", "http://a:8001/, http://b:8002")
     monkeypatch.setenv("VLLM_API_KEY", "sk-very-secret")
     monkeypatch.setenv("REDIS_PASSWORD", "hunter2")
-    s = load_settings(root=tmp_path, max_seqs=None)
-    assert s.ngpu == 3 and s.max_seqs == 32 and s.gpu_util == 0.85 and s.port0 == 8001
-    assert s.servers == ["http://a:8001", "http://b:8002"]
-    assert s.results_dir == tmp_path / "results" / "pool" and s.frames_dir == tmp_path / "frames" / "pool_frames"
+    settings = load_settings(root=tmp_path, max_seqs=None)
+    assert settings.ngpu == 3 and settings.max_seqs == 32 and settings.gpu_util == 0.85 and settings.port0 == 8001
+    assert settings.servers == ["http://a:8001", "http://b:8002"]
+    assert settings.results_dir == tmp_path / "results" / "pool"
+    assert settings.frames_dir == tmp_path / "frames" / "pool_frames"
     assert load_settings(max_seqs=16).max_seqs == 16  # a flag beats the environment
-    text = repr(s) + str(s.model_dump())
+    text = repr(settings) + str(settings.model_dump())
     assert "sk-very-secret" not in text and "hunter2" not in text
-    assert s.redis_kwargs() == {"password": "hunter2"}
+    assert settings.redis_kwargs() == {"password": "hunter2"}
 
 
 def test_a_root_decides_its_store_unless_the_results_are_named_as_explicitly(monkeypatch, tmp_path):

@@ -166,38 +166,40 @@ def test_compose_refuses_to_start_without_a_redis_password():
 
 
 def test_split_plans_and_fixed_arguments():
-    s = load_settings(max_seqs=32, gpu_util=0.7, port0=9001)
-    servers = plan_servers(s, P, None, "3+1", ["0", "1", "2", "3"])
+    settings = load_settings(max_seqs=32, gpu_util=0.7, port0=9001)
+    servers = plan_servers(settings, P, None, "3+1", ["0", "1", "2", "3"])
     assert [(v.steps, v.port, v.device) for v in servers] == [
         ((1, 2), 9001, "0"), ((1, 2), 9002, "1"), ((1, 2), 9003, "2"), ((3,), 9004, "3"),
     ]  # fmt: skip
-    argv = server_argv(s, P, servers[3], "/snap", False, Tuning.for_cores(16))
+    argv = server_argv(settings, P, servers[3], "/snap", False, Tuning.for_cores(16))
     assert argv[:3] == ["vllm", "serve", "/snap"]
     assert argv[argv.index("--max-num-seqs") + 1] == "32" and argv[argv.index("--gpu-memory-utilization") + 1] == "0.7"
     assert json.loads(argv[argv.index("--limit-mm-per-prompt") + 1]) == {"image": 32, "video": 0}
     assert argv[argv.index("--max-logprobs") + 1] == "20"
     with pytest.raises(SetupError, match="5 GPUs asked, 4 available"):
-        plan_servers(s, P, None, "4+1", ["0", "1", "2", "3"])
+        plan_servers(settings, P, None, "4+1", ["0", "1", "2", "3"])
     with pytest.raises(SetupError, match="expected <GPUs for steps 1,2>\\+<GPUs for steps 3>"):
-        plan_servers(s, P, None, "1+1+1", ["0", "1", "2", "3"])
-    assert [v.device for v in plan_servers(s, P, 3, None, ["2", "5"])] == ["2", "5"]  # Slurm's CUDA_VISIBLE_DEVICES
-    assert [v.steps for v in plan_servers(s, P, 2, None, ["0"])] == [(1, 2)]
-    whole = plan_phases(s, P, None, None, ["0", "1"])  # neither: every step, one model group after the other
+        plan_servers(settings, P, None, "1+1+1", ["0", "1", "2", "3"])
+    devices = [v.device for v in plan_servers(settings, P, 3, None, ["2", "5"])]
+    assert devices == ["2", "5"]  # Slurm's CUDA_VISIBLE_DEVICES
+    assert [v.steps for v in plan_servers(settings, P, 2, None, ["0"])] == [(1, 2)]
+    whole = plan_phases(settings, P, None, None, ["0", "1"])  # neither: every step, one model group after the other
     assert [[(v.steps, v.device) for v in ph] for ph in whole] == [
         [((1, 2), "0"), ((1, 2), "1")],
         [((3,), "0"), ((3,), "1")],
     ]
-    assert [log_tag(ph[0], None, None) for ph in whole] == ["1-2", "3"] and len(plan_phases(s, P, 3, None, ["0"])) == 1
+    assert [log_tag(ph[0], None, None) for ph in whole] == ["1-2", "3"]
+    assert len(plan_phases(settings, P, 3, None, ["0"])) == 1
     shares = {(1, 2): 0.45, (3,): 0.4}  # one GPU that holds both models' best batches (sizing.coserve)
-    assert plan_phases(s, P, None, None, ["0", "1"], shares) == whole  # several GPUs: each phase fills them all
-    (both,) = plan_phases(s, P, None, None, ["3"], shares)
+    assert plan_phases(settings, P, None, None, ["0", "1"], shares) == whole  # several GPUs: each phase fills them all
+    (both,) = plan_phases(settings, P, None, None, ["3"], shares)
     assert [(v.steps, v.device, v.port, v.util, v.name) for v in both] == [
         ((1, 2), "3", 9001, 0.45, "gpu0-s1-2"), ((3,), "3", 9002, 0.4, "gpu0-s3"),
     ]  # fmt: skip
     assert [log_name("vllm", log_tag(v, None, None), v) for v in both] == ["vllm_s1-2_gpu0", "vllm_s3_gpu0"]
-    argv = server_argv(s, P, both[1], "/snap", False, Tuning.for_cores(16))
+    argv = server_argv(settings, P, both[1], "/snap", False, Tuning.for_cores(16))
     assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.4"  # its share, not GPU_UTIL
-    assert plan_phases(s, P, 1, None, ["0"], shares)[0][0].util is None  # --step: the GPU to itself
+    assert plan_phases(settings, P, 1, None, ["0"], shares)[0][0].util is None  # --step: the GPU to itself
 
 
 @pytest.mark.slow

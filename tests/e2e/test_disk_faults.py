@@ -132,9 +132,9 @@ def test_a_disk_gone_read_only_mid_write_leaves_no_torn_line_once_writes_work_ag
         assert {k: (r["status"], r["removed"]) for k, r in got.items()} == {
             k: ("ok", v[0]) for k, v in want[step].items()
         }
-        for s in stack.store.segments(step):
-            data = s.read_bytes()
-            assert not data or data.endswith(b"\n"), s
+        for segment in stack.store.segments(step):
+            data = segment.read_bytes()
+            assert not data or data.endswith(b"\n"), segment
             for line in data.splitlines():
                 orjson.loads(line)
     audit = cli(stack, str(BIN / "pool-audit"), "--complete")

@@ -58,11 +58,11 @@ def assert_complete_and_clean(stack: Stack) -> None:
 
 def mute_listener(port: int) -> socket.socket:
     """A port that accepts connections and never replies (a wedged server's, or a stopped one's)."""
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("127.0.0.1", port))
-    s.listen(256)
-    return s
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(256)
+    return sock
 
 
 def test_a_silent_server_gives_its_jobs_back_and_its_worker_takes_work_again_once_it_answers(stack):

@@ -70,10 +70,10 @@ def test_a_hostile_pool_screens_to_the_end(procs, tmp_path):
         assert FailedJobRegistry(queue=q).count == 0
     assert not any("raised (run" in text or "internal error" in text for text in logs.values()), logs
     winners = {s: stack.winners(s) for s in STEPS}
-    for s in STEPS:  # every valid item is settled at each step it reaches
-        elig = set(eligible(P, s, items.items, store, frames).column("item_id").to_pylist())
-        assert elig <= set(winners[s]), (s, elig - set(winners[s]))
-        assert all(r["status"] == "ok" or r["error_kind"] in ("bad_input", "permanent") for r in winners[s].values())
+    for step in STEPS:  # every valid item is settled at each step it reaches
+        elig = set(eligible(P, step, items.items, store, frames).column("item_id").to_pylist())
+        assert elig <= set(winners[step]), (step, elig - set(winners[step]))
+        assert all(r["status"] == "ok" or r["error_kind"] in ("bad_input", "permanent") for r in winners[step].values())
     seen = set()
     for k in kinds:
         seen.add(k.name)

@@ -39,14 +39,14 @@ def servers(tmp_path_factory):
     with Procs(base / "logs") as procs:
         urls = {s: start(procs, f"vllm-s{s}", py, snaps[s], s, base) for s in (1, 3)}
 
-        def restart(s: int) -> None:  # the same server again, on its port
-            start(procs, f"vllm-s{s}", py, snaps[s], s, base, port=int(urls[s].rsplit(":", 1)[1]))
-            wait_ready(procs, f"vllm-s{s}", urls[s])
+        def restart(step: int) -> None:  # the same server again, on its port
+            start(procs, f"vllm-s{step}", py, snaps[step], step, base, port=int(urls[step].rsplit(":", 1)[1]))
+            wait_ready(procs, f"vllm-s{step}", urls[step])
 
         with ThreadPoolExecutor(2) as ex:
-            list(ex.map(lambda s: wait_ready(procs, f"vllm-s{s}", urls[s]), urls))
-        for s, url in urls.items():  # the first request of a fresh server is slow (lazy init): not measured
-            body = P.request_body(s, "Warm up?", ["yes", "no"], [jpeg_url()] if s == 3 else [])
+            list(ex.map(lambda step: wait_ready(procs, f"vllm-s{step}", urls[step]), urls))
+        for step, url in urls.items():  # the first request of a fresh server is slow (lazy init): not measured
+            body = P.request_body(step, "Warm up?", ["yes", "no"], [jpeg_url()] if step == 3 else [])
             assert _post(url, body).status_code == 200
         yield {1: urls[1], 2: urls[1], 3: urls[3]}, procs, restart
 
@@ -194,11 +194,15 @@ def test_a_videos_items_in_one_batch_answer_as_each_alone(servers, video33):
             sent = {f.sent for r in rows for f in r.forwards}
             assert sent == ({"batch"} if has_batch else {"single"}), (step, sent)
             assert all(f.prompt_tokens is None for r in rows for f in r.forwards) == has_batch
-            for a, b in zip(alone, rows, strict=True):
-                assert a.item_id == b.item_id and a.status == b.status == "ok"
-                assert (a.removed, a.n_hits, a.frame_indices) == (b.removed, b.n_hits, b.frame_indices)
-                for fa, fb in zip(a.forwards, b.forwards, strict=True):
-                    assert fa.pred == fb.pred and _drift(fa.top, fb.top) <= DRIFT, (step, refs, a.item_id)
+            for lone, batched in zip(alone, rows, strict=True):
+                assert lone.item_id == batched.item_id and lone.status == batched.status == "ok"
+                assert (lone.removed, lone.n_hits, lone.frame_indices) == (
+                    batched.removed,
+                    batched.n_hits,
+                    batched.frame_indices,
+                )
+                for fa, fb in zip(lone.forwards, batched.forwards, strict=True):
+                    assert fa.pred == fb.pred and _drift(fa.top, fb.top) <= DRIFT, (step, refs, lone.item_id)
     moved = _screen(urls[3], P, 3, Item("b-0", "B", "w33", items[0].question, items[0].options, 0), video33)
     assert _drift(alone[0].forwards[0].top, moved.forwards[0].top) > 100 * DRIFT  # the check sees frames
 
@@ -222,8 +226,8 @@ def test_simulator_answers_with_the_real_servers_structure(servers, procs, video
         "too long": (1, P.request_body(1, "word " * 5000, opts, [])),
         "unknown model": (1, {**P.request_body(1, q, opts, []), "model": "nope"}),
     }
-    for name, (s, body) in cases.items():
-        real, sim = _post(urls[s], body), _post(sims[s], body)
+    for name, (step, body) in cases.items():
+        real, sim = _post(urls[step], body), _post(sims[step], body)
         assert real.status_code == sim.status_code, (name, real.text, sim.text)
         assert shape(real.json()) == shape(sim.json()), name
         if real.status_code != 200:  # same text (the token count of an over-long prompt is the sim's estimate)
@@ -232,8 +236,8 @@ def test_simulator_answers_with_the_real_servers_structure(servers, procs, video
     # the batch endpoint (vLLM >= 0.22; 0.11.0 answers 404): a batch's shape, and a uuid no cache holds
     two = P.batch_body(1, [P.messages(q, o, []) for o in (opts, opts[::-1])])
     unknown = P.batch_body(3, [P.messages(q, opts, [image_part("", "f" * 32)])])
-    for name, (s, body) in {"batch": (1, two), "uuid not cached": (3, unknown)}.items():
-        real, sim = _post(urls[s], body, BATCH_PATH), _post(sims[s], body, BATCH_PATH)
+    for name, (step, body) in {"batch": (1, two), "uuid not cached": (3, unknown)}.items():
+        real, sim = _post(urls[step], body, BATCH_PATH), _post(sims[step], body, BATCH_PATH)
         assert real.status_code == sim.status_code, (name, real.text, sim.text)
         assert shape(real.json()) == shape(sim.json()), name
         if real.status_code != 200:
@@ -244,9 +248,9 @@ def test_simulator_answers_with_the_real_servers_structure(servers, procs, video
     real = httpx.post(f"{urls[1]}/v1/chat/completions", content=bare)
     sim = httpx.post(f"{sims[1]}/v1/chat/completions", content=bare)
     assert real.status_code == sim.status_code == 400 and real.json() == sim.json()
-    for s in (1, 3):
-        real_m = httpx.get(f"{urls[s]}/v1/models").json()
-        sim_m = httpx.get(f"{sims[s]}/v1/models").json()
+    for step in (1, 3):
+        real_m = httpx.get(f"{urls[step]}/v1/models").json()
+        sim_m = httpx.get(f"{sims[step]}/v1/models").json()
         assert shape(real_m) == shape(sim_m)
         assert real_m["data"][0]["id"] == sim_m["data"][0]["id"]
         assert real_m["data"][0]["root"].endswith(sim_m["data"][0]["root"].split("/snapshots/")[-1])

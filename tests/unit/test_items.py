@@ -26,10 +26,10 @@ OK = {"benchmark": "B", "video_id": "v1", "question": "Q?", "options": ["a", "b"
 
 
 def test_synthetic_pool_loads_all_three_formats(small_root):
-    s = load_items(small_root / "items")
-    assert s.n_read == 240 and s.items.num_rows == 240 and s.rejected.num_rows == 0
-    golds = s.items.column("gold").to_pylist()
-    assert all(0 <= g < n for g, n in zip(golds, s.items.column("n_options").to_pylist(), strict=True))
+    item_set = load_items(small_root / "items")
+    assert item_set.n_read == 240 and item_set.items.num_rows == 240 and item_set.rejected.num_rows == 0
+    golds = item_set.items.column("gold").to_pylist()
+    assert all(0 <= g < n for g, n in zip(golds, item_set.items.column("n_options").to_pylist(), strict=True))
 
 
 def test_every_rule_rejects_and_names_the_item(tmp_path):
@@ -56,9 +56,9 @@ def test_every_rule_rejects_and_names_the_item(tmp_path):
     write_jsonl(tmp_path / "items" / "t.jsonl", [{**r, "answer": r["answer"]} for r in rows[:9]])
     t = pa.Table.from_pylist([{**r, "answer": str(r["answer"])} for r in rows[9:]])
     pq.write_table(t, tmp_path / "items" / "u.parquet")
-    s = load_items(tmp_path / "items")
-    assert sorted(s.items.column("item_id").to_pylist()) == ["good", "idx-ok", "kvid"]
-    reasons = {(r["item_id"], r["source"], r["line"]): r["reason"] for r in s.rejected.to_pylist()}
+    item_set = load_items(tmp_path / "items")
+    assert sorted(item_set.items.column("item_id").to_pylist()) == ["good", "idx-ok", "kvid"]
+    reasons = {(r["item_id"], r["source"], r["line"]): r["reason"] for r in item_set.rejected.to_pylist()}
     assert reasons[("dup", "t.jsonl", 2)] == "duplicate item_id" and ("dup", "t.jsonl", 3) in reasons
     assert "2..26 options" in reasons[("one", "t.jsonl", 4)] and "2..26" in reasons[("many", "t.jsonl", 5)]
     assert reasons[("noq", "t.jsonl", 6)] == "empty question"
@@ -68,7 +68,7 @@ def test_every_rule_rejects_and_names_the_item(tmp_path):
     assert "out of range" in reasons[("goldneg", "u.parquet", 1)]  # a Parquet file's rows count from 1 too
     for i, name in enumerate(["dotdot", "escape", "abs", "back", "nul"], start=2):
         assert reasons[(name, "u.parquet", i)] == "unsafe or empty video_id"
-    assert s.rejected.num_rows == 14 and s.n_read == 17
+    assert item_set.rejected.num_rows == 14 and item_set.n_read == 17
 
 
 def test_duplicate_across_files_and_json_string_options(tmp_path):
@@ -78,10 +78,12 @@ def test_duplicate_across_files_and_json_string_options(tmp_path):
         'item_id,benchmark,video_id,question,options,answer\nx,B,v,Q,"[""p"", ""q""]",A\ny,B,v,Q,"[""p"", ""q""]",1\n'
         "z,B,v,Q,not json,A\n"
     )
-    s = load_items(tmp_path / "items")
-    assert s.items.column("item_id").to_pylist() == ["y"]
-    assert s.items.column("options").to_pylist() == [["p", "q"]] and s.items.column("gold").to_pylist() == [1]
-    got = {r["item_id"]: r["reason"] for r in s.rejected.to_pylist()}
+    item_set = load_items(tmp_path / "items")
+    assert item_set.items.column("item_id").to_pylist() == ["y"]
+    assert item_set.items.column("options").to_pylist() == [["p", "q"]] and item_set.items.column(
+        "gold"
+    ).to_pylist() == [1]
+    got = {r["item_id"]: r["reason"] for r in item_set.rejected.to_pylist()}
     assert got["x"] == "duplicate item_id" and got["z"] == "options is not a list of strings"
 
 
@@ -106,11 +108,11 @@ def test_a_bad_line_or_mixed_row_is_one_rejected_item_and_the_rest_load(tmp_path
         json.dumps({**OK, "item_id": 17}),  # a numeric id
     ]
     (tmp_path / "items" / "a.jsonl").write_text("\n".join(lines) + "\n")
-    s = load_items(tmp_path / "items")
-    assert sorted(s.items.column("item_id").to_pylist()) == ["17", "x", "y", "z"]
-    got = {(r["item_id"], r["line"]): r["reason"] for r in s.rejected.to_pylist()}
+    item_set = load_items(tmp_path / "items")
+    assert sorted(item_set.items.column("item_id").to_pylist()) == ["17", "x", "y", "z"]
+    got = {(r["item_id"], r["line"]): r["reason"] for r in item_set.rejected.to_pylist()}
     assert got[("broken", 3)].startswith("line cut in the middle") and got[("", 5)] == "not a JSON object"
-    assert s.n_read == 6
+    assert item_set.n_read == 6
 
 
 def test_types_are_unified_across_files_and_writers(tmp_path):
@@ -127,11 +129,14 @@ def test_types_are_unified_across_files_and_writers(tmp_path):
     numbers = pa.array([[1, 2]], pa.list_(pa.int64()))
     pq.write_table(pa.table({"item_id": ["n"], "benchmark": ["B"], "video_id": ["v"], "question": ["Q"],
                              "options": numbers, "answer": [0]}), d / "num.parquet")  # fmt: skip
-    s = load_items(d)
-    assert sorted(s.items.column("item_id").to_pylist()) == ["1", "2", "3", "L1"]
-    assert dict(zip(s.items.column("item_id").to_pylist(), s.items.column("gold").to_pylist(), strict=True)) == {
+    item_set = load_items(d)
+    assert sorted(item_set.items.column("item_id").to_pylist()) == ["1", "2", "3", "L1"]
+    ids, gold = item_set.items.column("item_id").to_pylist(), item_set.items.column("gold").to_pylist()
+    assert dict(zip(ids, gold, strict=True)) == {
         "1": 0, "2": 1, "3": 1, "L1": 1}  # fmt: skip
-    assert {r["item_id"]: r["reason"] for r in s.rejected.to_pylist()} == {"n": "options is not a list of strings"}
+    assert {r["item_id"]: r["reason"] for r in item_set.rejected.to_pylist()} == {
+        "n": "options is not a list of strings"
+    }
     pq.write_table(pa.table({"item_id": ["s"], "benchmark": ["B"], "video_id": ["v"], "question": [{"a": 1}],
                              "options": [["a", "b"]], "answer": [0]}), d / "struct.parquet")  # fmt: skip
     with pytest.raises(ItemsError, match=r"struct.parquet: column 'question' is struct"):
@@ -150,10 +155,11 @@ def test_trimmed_duplicates_conflicting_gold_and_one_gold_rule(tmp_path):
         {**OK, "item_id": "half", "answer": 1.5},
     ]
     write_jsonl(tmp_path / "items" / "a.jsonl", rows)
-    s = load_items(tmp_path / "items")
-    assert dict(zip(s.items.column("item_id").to_pylist(), s.items.column("gold").to_pylist(), strict=True)) == {
+    item_set = load_items(tmp_path / "items")
+    ids, gold = item_set.items.column("item_id").to_pylist(), item_set.items.column("gold").to_pylist()
+    assert dict(zip(ids, gold, strict=True)) == {
         "both-agree": 1, "float-str": 1, "float": 2}  # fmt: skip
-    got = {(r["item_id"], r["line"]): r["reason"] for r in s.rejected.to_pylist()}
+    got = {(r["item_id"], r["line"]): r["reason"] for r in item_set.rejected.to_pylist()}
     assert got[("ws-dup", 1)] == got[("ws-dup", 2)] == "duplicate item_id"
     assert got[("both-differ", 4)] == "gold columns answer and gold disagree"
     assert "out of range" in got[("half", 7)]
@@ -187,9 +193,9 @@ def test_a_csv_of_any_size_with_quoted_newlines_loads(tmp_path):
     lines += [f'c{k},B,v,"line one\nline two, {"x" * 200}",' + '"[""a"", ""b""]",A' for k in range(8000)]
     (items / "big.csv").write_text("\n".join(lines) + "\n")
     assert (items / "big.csv").stat().st_size > 1_500_000  # past pyarrow's block size
-    s = load_items(items)
-    assert s.items.num_rows == 8000 and s.rejected.num_rows == 0
-    assert s.items.column("question")[7999].as_py().startswith("line one\nline two")
+    item_set = load_items(items)
+    assert item_set.items.num_rows == 8000 and item_set.rejected.num_rows == 0
+    assert item_set.items.column("question")[7999].as_py().startswith("line one\nline two")
 
 
 @pytest.mark.parametrize(
@@ -211,8 +217,8 @@ def test_every_arrow_list_type_of_options_loads(tmp_path, options):
     items = tmp_path / "items"
     items.mkdir()
     pq.write_table(_table(2, options=options), items / "x.parquet")
-    s = load_items(items)
-    assert s.items.column("options").to_pylist() == [["a", "b"], ["c", "d"]] and s.rejected.num_rows == 0
+    item_set = load_items(items)
+    assert item_set.items.column("options").to_pylist() == [["a", "b"], ["c", "d"]] and item_set.rejected.num_rows == 0
 
 
 def test_ids_are_kept_exactly_or_refused_never_rounded(tmp_path):
@@ -225,13 +231,13 @@ def test_ids_are_kept_exactly_or_refused_never_rounded(tmp_path):
     )  # fmt: skip
     pq.write_table(_table(3, item_id=pa.array([9007199254740993.0, 77.0, 3.5]),
                           options=pa.array([["a", "b"]] * 3)), items / "b.parquet")  # fmt: skip
-    s = load_items(items)
-    ids = set(s.items.column("item_id").to_pylist())
+    item_set = load_items(items)
+    ids = set(item_set.items.column("item_id").to_pylist())
     assert {str(big), "9223372036854775808", "12", "1.50E+300"} <= ids, ids
     assert {"3.5", "77"} <= ids and not any("e+15" in i for i in ids)
-    (why,) = s.rejected.column("reason").to_pylist()
+    (why,) = item_set.rejected.column("reason").to_pylist()
     assert "item_id is a float beyond 2^53" in why
-    assert s.rejected.column("source").to_pylist() == ["b.parquet"]
+    assert item_set.rejected.column("source").to_pylist() == ["b.parquet"]
 
 
 def test_float_ids_as_pandas_writes_integers_beside_a_nan_are_the_integers_or_named(tmp_path):
@@ -242,10 +248,10 @@ def test_float_ids_as_pandas_writes_integers_beside_a_nan_are_the_integers_or_na
     pq.write_table(_table(2, item_id=pa.array([101.0, float("nan")]), options=pa.array([["a", "b"]] * 2)),
                    items / "a.parquet")  # fmt: skip
     (items / "b.jsonl").write_text(json.dumps({"item_id": 202.0, **OK}) + "\n")  # as pandas' to_json writes it
-    s = load_items(items)
-    assert sorted(s.items.column("item_id").to_pylist()) == ["101", "202"]
-    assert s.rejected.select(["item_id", "line"]).to_pylist() == [{"item_id": "nan", "line": 2}]
-    assert "NaN" in s.rejected.column("reason")[0].as_py()
+    item_set = load_items(items)
+    assert sorted(item_set.items.column("item_id").to_pylist()) == ["101", "202"]
+    assert item_set.rejected.select(["item_id", "line"]).to_pylist() == [{"item_id": "nan", "line": 2}]
+    assert "NaN" in item_set.rejected.column("reason")[0].as_py()
 
 
 def test_a_partitioned_parquet_folder_and_upper_case_suffixes_are_read(tmp_path):
@@ -260,8 +266,8 @@ def test_a_partitioned_parquet_folder_and_upper_case_suffixes_are_read(tmp_path)
     (items / "Other.CSV").write_text(
         'item_id,benchmark,video_id,question,options,answer\nc1,B,v,Q?,"[""a"", ""b""]",A\n'
     )
-    s = load_items(items)
-    assert sorted(s.items.column("item_id").to_pylist()) == ["c1", "i0", "i1", "p2", "u1"]
+    item_set = load_items(items)
+    assert sorted(item_set.items.column("item_id").to_pylist()) == ["c1", "i0", "i1", "p2", "u1"]
 
 
 def test_a_repeated_column_name_is_refused_by_name(tmp_path):
@@ -277,11 +283,11 @@ def test_a_jsonl_file_whose_every_line_is_bad_reports_the_lines(tmp_path):
     items.mkdir()
     (items / "bad.jsonl").write_text('{"item_id": "cut", "benchmark": \n')
     write_jsonl(items / "good.jsonl", [{**OK, "item_id": "g"}])
-    s = load_items(items)
-    assert s.items.column("item_id").to_pylist() == ["g"]
-    assert s.rejected.column("reason").to_pylist() == [s.rejected.column("reason")[0].as_py()]
-    assert "line cut in the middle" in s.rejected.column("reason")[0].as_py()
-    assert s.rejected.column("line").to_pylist() == [1]
+    item_set = load_items(items)
+    assert item_set.items.column("item_id").to_pylist() == ["g"]
+    assert item_set.rejected.column("reason").to_pylist() == [item_set.rejected.column("reason")[0].as_py()]
+    assert "line cut in the middle" in item_set.rejected.column("reason")[0].as_py()
+    assert item_set.rejected.column("line").to_pylist() == [1]
 
 
 def test_a_jsonl_line_holding_several_items_names_each_of_them(tmp_path):
@@ -291,9 +297,9 @@ def test_a_jsonl_line_holding_several_items_names_each_of_them(tmp_path):
     items.mkdir()
     pair = json.dumps({**OK, "item_id": "a"}) + " " + json.dumps({**OK, "item_id": 42})
     (items / "a.jsonl").write_text(json.dumps({**OK, "item_id": "before"}) + "\n" + pair + "\n")
-    s = load_items(items)
-    assert s.items.column("item_id").to_pylist() == ["before"]
-    assert s.rejected.select(["item_id", "line", "reason"]).to_pylist() == [
+    item_set = load_items(items)
+    assert item_set.items.column("item_id").to_pylist() == ["before"]
+    assert item_set.rejected.select(["item_id", "line", "reason"]).to_pylist() == [
         {"item_id": i, "line": 2, "reason": "2 JSON values on one line (JSONL holds one item per line)"}
         for i in ("a", "42")
     ]
@@ -305,12 +311,12 @@ def test_ids_that_differ_only_by_unicode_form_or_invisible_characters_are_named_
     write_jsonl(
         items / "a.jsonl", [{**OK, "item_id": i} for i in ("caf\u00e9-1", "cafe\u0301-1", "q\u200b7", "q7", "z")]
     )
-    s = load_items(items)
-    assert s.items.num_rows == 5  # two items each: ids are matched exactly
-    got = {(r["item_id"], r["warning"]) for r in id_lookalikes(s.items).to_pylist()}
+    item_set = load_items(items)
+    assert item_set.items.num_rows == 5  # two items each: ids are matched exactly
+    got = {(r["item_id"], r["warning"]) for r in id_lookalikes(item_set.items).to_pylist()}
     assert {i for i, _ in got} == {"caf\u00e9-1", "cafe\u0301-1", "q\u200b7", "q7"}
     assert ("q7", "its id looks like 'q\\u200b7' (differs only by Unicode form or invisible characters)") in got
-    assert len(item_warnings(s.items)) == 4
+    assert len(item_warnings(item_set.items)) == 4
 
 
 # ---- places and text as a user sees them
@@ -325,8 +331,12 @@ def test_a_rejection_names_the_file_line_an_editor_shows(tmp_path):
     (items / "b.csv").write_text(head + f"d1,B,v,Q,{opts},A\n\nd2,B,v,Q,{opts},Z\n")  # a blank line between
     (items / "c.jsonl").write_text(json.dumps({**OK, "item_id": "j1"}) + "\n\n" + json.dumps({**OK, "item_id": "j2",
                                    "answer": "Z"}) + "\n")  # fmt: skip
-    s = load_items(items)
-    assert {(r["source"], r["line"]) for r in s.rejected.to_pylist()} == {("a.csv", 4), ("b.csv", 4), ("c.jsonl", 3)}
+    item_set = load_items(items)
+    assert {(r["source"], r["line"]) for r in item_set.rejected.to_pylist()} == {
+        ("a.csv", 4),
+        ("b.csv", 4),
+        ("c.jsonl", 3),
+    }
     report = tmp_path / "report.csv"
     main(["--root", str(tmp_path), "--report", str(report)])
     assert report.read_text().splitlines()[0] == '"item_id","source","line","reason"'
@@ -341,9 +351,9 @@ def test_a_lone_surrogate_or_an_invisible_question_is_a_rejected_item(tmp_path):
               for k, q in enumerate(["\u200b", "\u200c\u200d", " \u2060\t\ufeff ", "\u00ad\u3164"])]  # fmt: skip
     lines.append(json.dumps({**OK, "item_id": "zw-option", "options": ["a", "\u200b"]}))
     (items / "a.jsonl").write_text("\n".join(lines) + "\n")
-    s = load_items(items)
-    assert s.items.column("item_id").to_pylist() == ["ok"]
-    got = {r["item_id"]: (r["line"], r["reason"]) for r in s.rejected.to_pylist()}
+    item_set = load_items(items)
+    assert item_set.items.column("item_id").to_pylist() == ["ok"]
+    got = {r["item_id"]: (r["line"], r["reason"]) for r in item_set.rejected.to_pylist()}
     assert got["sur"] == (2, "question holds a lone surrogate escape (half of a UTF-16 pair, not a character)")
     assert all(got[f"zw{k}"] == (3 + k, "empty question") for k in range(4))
     assert got["zw-option"] == (7, "empty option text")
@@ -357,9 +367,9 @@ def test_a_utf16_or_utf32_file_is_read_as_what_it_is(tmp_path, encoding):
     (items / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding=encoding)
     csv_text = 'item_id,benchmark,video_id,question,options,answer\nc\u00e9,B,v,Q,"[""a"", ""b""]",A\n'
     (items / "b.csv").write_text(csv_text, encoding=encoding)
-    s = load_items(items)
-    assert sorted(s.items.column("item_id").to_pylist()) == ["caf\u00e9", "c\u00e9"]
-    assert s.rejected.select(["item_id", "line"]).to_pylist() == [{"item_id": "bad", "line": 2}]
+    item_set = load_items(items)
+    assert sorted(item_set.items.column("item_id").to_pylist()) == ["caf\u00e9", "c\u00e9"]
+    assert item_set.rejected.select(["item_id", "line"]).to_pylist() == [{"item_id": "bad", "line": 2}]
     (items / "a.jsonl").write_bytes(codecs.BOM_UTF16_LE + "{".encode("utf-16-le") + b"\x00\xd8")
     with pytest.raises(ItemsError, match=r"a\.jsonl: UTF-16 text that does not decode"):
         load_items(items)

@@ -49,13 +49,13 @@ def settings(root: Path, budget: str | None) -> Settings:
     return load_settings(root=root, **({"max_batched_tokens": budget} if budget else {}))
 
 
-def argv_of(s: Settings, release: str, gib: float) -> tuple[list[str], Sizing]:
+def argv_of(settings: Settings, release: str, gib: float) -> tuple[list[str], Sizing]:
     """Step 3's `vllm serve` arguments on one GPU of `gib`, as pool-launch builds them for `release`."""
-    sized = size(P, STEP3, gib, s.gpu_util)
-    budget = batched_tokens(s, P, STEP3, sized, release)
+    sized = size(P, STEP3, gib, settings.gpu_util)
+    budget = batched_tokens(settings, P, STEP3, sized, release)
     tuning = Tuning.for_cores(16, release=release, cache_gb=0.4)
     srv, known = Server(0, "0", STEP3, 8001), flags_of_release(release)
-    return server_argv(s, P, srv, "/snap", False, tuning, known, sized.max_seqs, budget.tokens), sized
+    return server_argv(settings, P, srv, "/snap", False, tuning, known, sized.max_seqs, budget.tokens), sized
 
 
 def flag(argv: list[str], name: str) -> str:

@@ -46,9 +46,9 @@ def test_sanity_flags_each_trigger(pool_root):
 def test_clean_store_raises_no_flag_and_passes_audit(pool_root):
     valid_store(pool_root)
     assert flags(all_steps(_store(pool_root), load_items(pool_root / "items"), P), P) == []
-    a = _audit(pool_root)
-    assert a.problems == [] and a.rows > 240
-    assert {w.check for w in a.warnings} == {"incomplete"}  # step 2 only partly done, step 3 not begun
+    audit = _audit(pool_root)
+    assert audit.problems == [] and audit.rows > 240
+    assert {w.check for w in audit.warnings} == {"incomplete"}  # step 2 only partly done, step 3 not begun
     assert {p.check for p in _audit(pool_root, complete=True).problems} == {"incomplete"}
 
 
@@ -84,18 +84,18 @@ def test_audit_catches_each_corruption(pool_root, corruption):
     else:
         write(pool_root, 1, [row(items[9], 1, n_orders=2)], name="short")
         want = "step-1 orders"
-    a = _audit(pool_root)
-    assert [p.check for p in a.problems] == [want], a.problems
-    assert a.problems[0].detail
+    audit = _audit(pool_root)
+    assert [p.check for p in audit.problems] == [want], audit.problems
+    assert audit.problems[0].detail
 
 
 def test_audit_warns_on_repeated_rows_that_agree(pool_root):
     items, _ = valid_store(pool_root)
     write(pool_root, 1, [row(items[1], 1, t=2000.0)], name="again")
-    a = _audit(pool_root)
-    assert a.problems == []
-    assert [w.check for w in a.warnings if w.check != "incomplete"] == ["repeated rows"]
-    assert a.warnings[0].examples == (items[1]["item_id"],)
+    audit = _audit(pool_root)
+    assert audit.problems == []
+    assert [w.check for w in audit.warnings if w.check != "incomplete"] == ["repeated rows"]
+    assert audit.warnings[0].examples == (items[1]["item_id"],)
 
 
 @pytest.mark.slow
@@ -122,17 +122,17 @@ def test_status_metrics_report_audit_on_a_half_finished_run(stack, pool_root, tm
     assert w.wait(60) == 0, stack.log("w")
     st = reader.read()
     assert st.workers == []  # a stopped worker withdraws its presence
-    for s in st.steps:  # with no worker running, every eligible item is done or waits in a job
-        assert s.done + s.queued_items == s.eligible, s
-        assert s.running_items == 0 and s.workers == 0 and s.eta_s is None, s  # no worker: no countdown
+    for step in st.steps:  # with no worker running, every eligible item is done or waits in a job
+        assert step.done + step.queued_items == step.eligible, step
+        assert step.running_items == 0 and step.workers == 0 and step.eta_s is None, step  # no worker: no countdown
     s1 = st.steps[0]
     assert s1.remaining == s1.eligible - s1.done  # the first step: nothing can still come
     assert all(s.remaining > s.eligible - s.done for s in st.steps[1:])  # an upper bound while step 1 runs
     assert 0 < s1.done < 240 and s1.items_per_s_1m > 0
     assert orjson.loads(st.model_dump_json())["steps"][0]["eligible"] == 240
 
-    a = _audit(pool_root)
-    assert a.problems == [] and any(x.check == "incomplete" for x in a.warnings)
+    audit = _audit(pool_root)
+    assert audit.problems == [] and any(x.check == "incomplete" for x in audit.warnings)
     path = write_report(stack.store, items, P, tmp_path / "report")
     text = path.read_text()
     assert f"| 1 | {s1.done:,} |" in text and "## Sanity flags" in text and "### Chance floor" in text
