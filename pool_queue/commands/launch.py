@@ -52,7 +52,11 @@ def main(argv: list[str] | None = None) -> None:
         "--sim-warmup-s", type=number(float, 0.0), default=0.0, help="with --sim: each server's start-up (/health 503)"
     )
     p.add_argument(
-        "--health-timeout", type=number(float, 0.0, above=True), default=1200.0, help="seconds to wait for every server"
+        "--health-timeout",
+        dest="health_timeout_s",
+        type=number(float, 0.0, above=True),
+        default=1200.0,
+        help="seconds to wait for every server",
     )
     add_allow_missing_frames(p)
     args = p.parse_args(argv)
@@ -67,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     folders = tuple(
         f"--{k.replace('_', '-')} {getattr(args, k)}" for k in ("root", "results", "protocol_file") if getattr(args, k)
     )
-    launch(LaunchRun(settings, protocol, steps, args.step, args.split, args.burst, sim, args.health_timeout, folders))
+    launch(LaunchRun(settings, protocol, steps, args.step, args.split, args.burst, sim, args.health_timeout_s, folders))
 
 
 def _check_args(args: argparse.Namespace, protocol: Protocol) -> None:

@@ -76,7 +76,7 @@ class LaunchRun:
     split: str | None = None
     burst: bool = False
     sim: SimServers | None = None
-    health_timeout: float = 1200.0
+    health_timeout_s: float = 1200.0
     folder_flags: tuple[str, ...] = ()
 
 
@@ -417,7 +417,7 @@ def _start_servers(
                 if bring.closed:
                     return
                 procs.start(name[v], argv[v], env=server_env(v, sim, tuning[v]))
-            if why := _wait_healthy(procs, name[v], v, run.health_timeout, settings.wait_note_s):
+            if why := _wait_healthy(procs, name[v], v, run.health_timeout_s, settings.wait_note_s):
                 bring.events.put((v, _explain(settings.logs_dir / f"{name[v]}.log", why)))
                 return
             print(f"{v.name} healthy after {time.monotonic() - t0:.0f} s; {_requests(v, settings.batch)}", flush=True)
