@@ -7,7 +7,19 @@ name goes through `printable`, and the store's writer through `printable_tree` a
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
+
+
+def steps_label(steps: Iterable[int]) -> str:
+    """ "step 3" or "steps 1,2": how a line names the steps a server or a model group serves."""
+    shown = [str(s) for s in steps]
+    return f"step {shown[0]}" if len(shown) == 1 else f"steps {','.join(shown)}"
+
+
+def counted(n: int, noun: str) -> str:
+    """ "1 job", "47 jobs": a count with its noun in the number it needs (nouns that take an s)."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
 def printable(text: str) -> str:

@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> None:
         "--speed",
         type=number(float, 0.0, above=True),
         default=4.0,
-        help="simulated GPUs run this many times faster than an H200",
+        help="simulated GPUs run this many times faster than an H200 (default 4)",
     )
     p.add_argument(
         "--fresh", action="store_true", help="move the older results aside and screen again from empty (keep the pool)"

@@ -41,7 +41,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--burst", action="store_true", help="stop when the queues are empty")
     p.add_argument("--sim", action="store_true", help="simulated servers instead of vLLM (no GPU)")
     p.add_argument(
-        "--sim-speed", type=number(float, 0.0, above=True), default=20.0, help="with --sim: capacity-model speed-up"
+        "--sim-speed",
+        type=number(float, 0.0, above=True),
+        default=20.0,
+        help="with --sim: capacity-model speed-up (default 20)",
     )
     p.add_argument(
         "--sim-gpu-gib",

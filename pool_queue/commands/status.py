@@ -28,6 +28,7 @@ from ..observe.report import IDLE_GAP_S
 from ..observe.status import RunStatus, StatusReader, StepStatus
 from ..proc.progress import duration
 from ..store.store import Store
+from ..text import steps_label
 
 
 def _n(v: int | None) -> str:
@@ -173,7 +174,7 @@ def plain_lines(st: RunStatus) -> str:
     ]
     for v in st.servers:
         running, waiting, step, kv, mm = engine_cells(v.engine)
-        lines.append(f"{clock} {v.server} (steps {','.join(map(str, v.steps))}): {running} running, {waiting} waiting, "
+        lines.append(f"{clock} {v.server} ({steps_label(v.steps)}): {running} running, {waiting} waiting, "
                      f"{step} tokens/step, KV {kv}, mm cache {mm}")  # fmt: skip
     if st.redis_error:
         lines.append(f"{clock} Redis unreachable: {st.redis_error} (queues and workers unknown)")

@@ -76,9 +76,8 @@ def _pool(demo: Demo, con: Console) -> None:
     if asked and (have is None or any(have.get(k) != v for k, v in asked.items())):
         size = f"{have['items']} items and {have['videos']} videos" if have else "a pool the demo did not make"
         flags = " and ".join(f"--{k}" for k in asked)
-        fail(
-            f"{demo.root} already holds {size}: {flags} apply to a new pool; pass --root NEWDIR, or delete {demo.root}"
-        )
+        verb = "applies" if len(asked) == 1 else "apply"
+        fail(f"{demo.root} already holds {size}: {flags} {verb} to a new pool; pass --root NEWDIR, or delete it")
 
 
 def _fresh(root: Path, results: Path, con: Console) -> None:

@@ -15,6 +15,7 @@ from ..inputs.items import ItemSet, load_items
 from ..protocol import Protocol
 from ..settings import Settings
 from ..store.store import Store
+from ..text import counted
 from .plan import frames_refusal
 from .produce import Produced, produce, rescue_abandoned
 from .queue import Screen, screen_of
@@ -128,4 +129,4 @@ def show(con: Console, done: Produced, queue: str, redis: str) -> None:
             "--retry-failed runs them again[/]"
         )
     if done.items:
-        con.print(f"enqueued {done.items} items as {done.jobs} jobs on {queue} in {done.seconds:.1f} s")
+        con.print(f"enqueued {done.items} items as {counted(done.jobs, 'job')} on {queue} in {done.seconds:.1f} s")

@@ -34,6 +34,7 @@ from ..proc.progress import duration
 from ..protocol import BATCH_PATH, Protocol, lists_batch
 from ..settings import BURST_WAIT_S, Settings, redis_data, url_from_file
 from ..sim.__main__ import options as sim_options
+from ..text import steps_label
 from .plan import Server, devices, log_name, log_tag, metrics_port, plan_phases, ports, server_cores
 from .sizing import Sizing, coserve, gpu_memory_gib, many_images, size
 from .supervise import Supervisor
@@ -175,7 +176,7 @@ def _phases(
     if run.step is None and not run.split:
 
         def on(v: Server) -> str:
-            return f"steps {','.join(map(str, v.steps))} on {protocol.steps[v.steps[0]].model}"
+            return f"{steps_label(v.steps)} on {protocol.steps[v.steps[0]].model}"
 
         if len(phases) > 1:
             print(f"{gpus} GPU(s), every step: " + ", then ".join(on(ph[0]) for ph in phases))
@@ -215,7 +216,7 @@ def _with_work(protocol: Protocol, servers: list[Server], remaining: dict[int, i
     GPU), said in one line per model left out."""
     idle = {v for v in servers if all(remaining.get(step) == 0 for step in v.steps)}
     for g in dict.fromkeys(v.steps for v in servers if v in idle):
-        print(f"steps {','.join(map(str, g))}: REMAINING_TOTAL=0, nothing to do: {protocol.steps[g[0]].model} "
+        print(f"{steps_label(g)}: REMAINING_TOTAL=0, nothing to do: {protocol.steps[g[0]].model} "
               "is not started")  # fmt: skip
     return [v for v in servers if v not in idle]
 
@@ -423,7 +424,7 @@ def _start_servers(
             print(f"{v.name} healthy after {time.monotonic() - t0:.0f} s; {_requests(v, settings.batch)}", flush=True)
             bring.events.put((v, None))
 
-    what = {v: f"{protocol.steps[v.steps[0]].model} (steps {','.join(map(str, v.steps))})" for v in servers}
+    what = {v: f"{protocol.steps[v.steps[0]].model} ({steps_label(v.steps)})" for v in servers}
     print(f"starting {len(servers)} server(s): " + ", ".join(f"{v.name}={what[v]}@{v.url}" for v in servers))
     for d in dict.fromkeys(v.device for v in servers):
         threading.Thread(target=bring_up, args=([v for v in servers if v.device == d],), daemon=True).start()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ..errors import SetupError
 from ..protocol import Protocol
 from ..settings import Settings
+from ..text import steps_label
 from .sizing import many_images
 
 
@@ -87,7 +88,7 @@ def split_counts(protocol: Protocol, split: str) -> list[int]:
     parts = split.split("+")
     counts = [int(x) for x in parts if x.strip().isdigit()]
     if len(counts) != len(parts) or len(counts) != len(groups) or sum(counts) == 0:
-        want = "+".join(f"<GPUs for steps {','.join(map(str, g))}>" for g in groups)
+        want = "+".join(f"<GPUs for {steps_label(g)}>" for g in groups)
         raise SetupError(f"--split {split!r}: expected {want}, at least one GPU in all, e.g. 3+1")
     return counts
 

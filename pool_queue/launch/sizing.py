@@ -25,6 +25,7 @@ import subprocess
 from dataclasses import dataclass
 
 from ..protocol import Protocol
+from ..text import steps_label
 
 GIB = 1024**3
 # Per token of KV cache (layers x KV heads x head dim x K and V x bf16) and bf16 weights, from the
@@ -99,11 +100,11 @@ def size(
     how = "WORKERS as set" if workers is not None else ("1 x" if many else "2 x") + " MAX_SEQS"
     procs = 1 if many else max(1, -(-flight // PER_PROCESS))
     spread = f"{procs} worker processes x {-(-flight // procs)}" if procs > 1 else "1 worker process"
-    line = f"steps {','.join(map(str, steps))}: MAX_SEQS {seqs}, {flight} in flight per server ({how}; {spread}); {why}"
+    line = f"{steps_label(steps)}: MAX_SEQS {seqs}, {flight} in flight per server ({how}; {spread}); {why}"
     warning = refusal = None
     spare = None if kv_gib is None else kv_gib - copies * seqs * tokens * _kv_bytes(protocol, steps) / GIB
     if gpu_gib is not None and kv_gib is not None:
-        head = f"steps {','.join(map(str, steps))}: {_budget(protocol, steps, gpu_gib, gpu_util, kv_gib)}"
+        head = f"{steps_label(steps)}: {_budget(protocol, steps, gpu_gib, gpu_util, kv_gib)}"
         need = MAX_MODEL_LEN * _kv_bytes(protocol, steps) / GIB
         if kv_gib < need:
             higher = _kv_room(protocol, steps, gpu_gib, HIGH_UTIL)

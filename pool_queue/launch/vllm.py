@@ -30,6 +30,7 @@ from typing import Any
 from ..inputs.frames import sample_sizes, served_size
 from ..protocol import Protocol
 from ..settings import Settings
+from ..text import steps_label
 from .plan import Server
 from .sizing import FALLBACK_SEQS, MAX_MODEL_LEN, Sizing, frame_tokens, many_images, step_budget
 
@@ -259,7 +260,7 @@ def batched_tokens(
     """The user's MAX_BATCHED_TOKENS for every server; `derived` sizes a many-image group's from its frames per
     item, the frame size served (`served_frame`) and the release (`steps_held`, `sizing.step_budget`);
     otherwise the default."""
-    name, default = f"steps {','.join(map(str, steps))}: --max-num-batched-tokens", default_budget(protocol, steps)
+    name, default = f"{steps_label(steps)}: --max-num-batched-tokens", default_budget(protocol, steps)
     if isinstance(settings.max_batched_tokens, int):
         return Budget(settings.max_batched_tokens, f"{name} {settings.max_batched_tokens:,}: MAX_BATCHED_TOKENS as set")
     if settings.max_batched_tokens is None or default == BATCHED_TOKENS:

@@ -200,7 +200,7 @@ def test_ctrl_c_during_step_3_then_the_demo_again_ends_with_every_step_complete(
     assert sum(store.winners(s).num_rows for s in want) < sum(map(len, want.values()))  # stopped mid-screen
     refused = subprocess.run([*argv[:3], "--items", "100"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
-    assert "already holds 1500 items and 150 videos: --items apply to a new pool" in refused.stderr, refused.stderr
+    assert "already holds 1500 items and 150 videos: --items applies to a new pool" in refused.stderr, refused.stderr
     again = subprocess.run([*argv, "--speed", "8"], cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     assert ": OK," in again.stdout, again.stdout[-3000:]

@@ -239,7 +239,7 @@ def test_one_host_on_four_gpus_screens_every_step_through_a_kill_and_a_down_up(i
     try:
         host.ok("up", "-d")
         _wait(lambda: _rows(pool_root) >= total // 5, 300, lambda: host.logs()[-3000:])
-        plan = "4 GPU(s), every step: steps 1,2 on Qwen/Qwen3-VL-8B-Instruct, then steps 3 on Qwen/Qwen3-VL-2B"
+        plan = "4 GPU(s), every step: steps 1,2 on Qwen/Qwen3-VL-8B-Instruct, then step 3 on Qwen/Qwen3-VL-2B"
         assert plan in host.logs(), host.logs()[-3000:]
         host.ok("kill", "node")
         host.ok("up", "-d")
@@ -304,7 +304,7 @@ def test_a_second_host_joins_and_a_partition_a_pause_and_a_lost_host_lose_nothin
         h1.ok("up", "-d")
         conn = h1.redis()
         _wait(lambda: _rows(pool_root) > 0, 300, lambda: h1.logs()[-3000:])
-        assert "1 GPU(s), every step: steps 1,2 on Qwen/Qwen3-VL-8B-Instruct, then steps 3 on" in h1.logs()
+        assert "1 GPU(s), every step: steps 1,2 on Qwen/Qwen3-VL-8B-Instruct, then step 3 on" in h1.logs()
         h2.ok("up", "-d", "--no-deps", "node")
         host2, node2 = h2.hostname(), h2.container("node")
 

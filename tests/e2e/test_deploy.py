@@ -178,7 +178,7 @@ def test_split_plans_and_fixed_arguments():
     assert argv[argv.index("--max-logprobs") + 1] == "20"
     with pytest.raises(SetupError, match="5 GPUs asked, 4 available"):
         plan_servers(settings, P, None, "4+1", ["0", "1", "2", "3"])
-    with pytest.raises(SetupError, match="expected <GPUs for steps 1,2>\\+<GPUs for steps 3>"):
+    with pytest.raises(SetupError, match="expected <GPUs for steps 1,2>\\+<GPUs for step 3>"):
         plan_servers(settings, P, None, "1+1+1", ["0", "1", "2", "3"])
     devices = [v.device for v in plan_servers(settings, P, 3, None, ["2", "5"])]
     assert devices == ["2", "5"]  # Slurm's CUDA_VISIBLE_DEVICES
@@ -257,11 +257,11 @@ def test_one_command_screens_every_step_on_one_gpu_and_a_step_launch_says_what_w
     assert "finish them with: pool-launch --step 3 --burst" in waits[0]
     whole = launched(launch, env, pool_root)
     assert whole.returncode == 0, whole.stderr[-3000:]
-    assert "1 GPU(s), every step: steps 1,2 on Qwen/Qwen3-VL-8B-Instruct, then steps 3 on Qwen" in whole.stdout
+    assert "1 GPU(s), every step: steps 1,2 on Qwen/Qwen3-VL-8B-Instruct, then step 3 on Qwen" in whole.stdout
     assert "steps 1,2: REMAINING_TOTAL=0, nothing to do: Qwen/Qwen3-VL-8B-Instruct is not started" in whole.stdout
     starts = [line for line in whole.stdout.splitlines() if line.startswith("starting ")]
-    assert starts == [f"starting 1 server(s): gpu0=Qwen/Qwen3-VL-2B-Instruct (steps 3)@http://127.0.0.1:{base}"]
-    assert "steps 3: MAX_SEQS 64, 64 in flight per server (1 x MAX_SEQS; 1 worker process)" in whole.stdout
+    assert starts == [f"starting 1 server(s): gpu0=Qwen/Qwen3-VL-2B-Instruct (step 3)@http://127.0.0.1:{base}"]
+    assert "step 3: MAX_SEQS 64, 64 in flight per server (1 x MAX_SEQS; 1 worker process)" in whole.stdout
     assert "wait in Redis" not in whole.stderr and all(f"STEP={n} REMAINING_TOTAL=0" in whole.stdout for n in (1, 2, 3))
     logs = pool_root / "logs"
     assert not (logs / "vllm_s1-2_gpu0.log").exists() and (logs / "vllm_s3_gpu0.log").exists()
@@ -323,7 +323,7 @@ def test_one_gpu_that_holds_both_models_serves_them_at_once(pool_root, redis_url
     budget = [line for line in out.stdout.splitlines() if "--max-num-batched-tokens" in line]
     assert budget[0] == f"steps 1,2: --max-num-batched-tokens 16,384: the default {SIM_BUDGET}", budget
     assert budget[1].startswith(
-        "steps 3: --max-num-batched-tokens 32,768 (MAX_BATCHED_TOKENS=derived): 32 frames x 140 tokens "
+        "step 3: --max-num-batched-tokens 32,768 (MAX_BATCHED_TOKENS=derived): 32 frames x 140 tokens "
         "(448x336, the pool's frames: the largest"
     )
     assert budget[1].endswith(
@@ -331,9 +331,9 @@ def test_one_gpu_that_holds_both_models_serves_them_at_once(pool_root, redis_url
         f"would not fit the 2.9 GiB of KV cache the batch leaves: the default 32,768 {SIM_BUDGET}"
     ), budget
     assert ("1 GPU, every step, both models at once: steps 1,2 on Qwen/Qwen3-VL-8B-Instruct (GPU_UTIL 0.45) and "
-            "steps 3 on Qwen/Qwen3-VL-2B-Instruct (GPU_UTIL 0.4)") in out.stdout  # fmt: skip
+            "step 3 on Qwen/Qwen3-VL-2B-Instruct (GPU_UTIL 0.4)") in out.stdout  # fmt: skip
     assert (
-        "steps 3: MAX_SEQS 64, 64 in flight per server (WORKERS as set; 1 worker process); 141 GiB GPU at "
+        "step 3: MAX_SEQS 64, 64 in flight per server (WORKERS as set; 1 worker process); 141 GiB GPU at "
         "GPU_UTIL 0.4: 48.0 GiB of KV cache holds 68 prompts" in out.stdout
     )
     assert out.stdout.count("all servers healthy") == 1 and "starting 2 server(s): gpu0-s1-2=" in out.stdout
@@ -735,7 +735,7 @@ def test_the_servers_image_limit_follows_the_protocol(tmp_path):
 @pytest.mark.parametrize(
     ("args", "want"),
     [
-        (["--split", "abc"], "--split 'abc': expected <GPUs for steps 1,2>+<GPUs for steps 3>"),
+        (["--split", "abc"], "--split 'abc': expected <GPUs for steps 1,2>+<GPUs for step 3>"),
         (["--split", "3+-1"], "--split '3+-1': expected"),
         (["--split", "0+0"], "at least one GPU in all"),
         (["--step", "1", "--split", "1+1"], "give --step N or --split A+B, not both"),

@@ -82,7 +82,7 @@ def test_plain_lines_say_everything_on_one_line_per_step():
     lines = plain_lines(_status()).splitlines()
     assert len(lines) == 4
     assert "step 1: done 123,456/299,366" in lines[0] and "prefix-cache hits 63%" in lines[0]
-    assert lines[3].endswith("http://10.0.12.34:8004 (steps 3): 64 running, 4321 waiting, 31,234 tokens/step, KV 88%, "
+    assert lines[3].endswith("http://10.0.12.34:8004 (step 3): 64 running, 4321 waiting, 31,234 tokens/step, KV 88%, "
                              "mm cache 50%")  # fmt: skip
 
 

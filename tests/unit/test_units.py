@@ -34,12 +34,18 @@ from pool_queue.inputs.items import load_items
 from pool_queue.jobs.plan import eligible, next_step_ids
 from pool_queue.observe.presence import HoldNews, RateWindow, WorkerSnapshot, publish
 from pool_queue.store.store import Store
+from pool_queue.text import counted, steps_label
 
 
 def _rows(*spec: tuple[str, str, str, bool | None]) -> pa.Table:
     ids, videos, status, removed = zip(*spec, strict=True)
     return pa.table({"item_id": list(ids), "video_id": list(videos), "status": list(status),
                      "removed": pa.array(removed, pa.bool_())})  # fmt: skip
+
+
+def test_lines_name_one_step_and_one_job_in_the_singular():
+    assert [steps_label((3,)), steps_label((1, 2)), steps_label([1, 2, 3])] == ["step 3", "steps 1,2", "steps 1,2,3"]
+    assert [counted(1, "job"), counted(0, "job"), counted(2011, "item")] == ["1 job", "0 jobs", "2,011 items"]
 
 
 def test_the_chain_rule():
