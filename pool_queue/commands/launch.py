@@ -66,15 +66,15 @@ def main(argv: list[str] | None = None) -> None:
     settings = cli_settings(args, allow_missing_frames=args.allow_missing_frames or None)
     protocol = load_protocol(settings)
     _check_args(args, protocol)
-    steps = [args.step] if args.step else sorted(protocol.steps)  # a split or the whole screen: every step
-    if args.plan_only:
-        run_steps(url_from_file(settings)[0], protocol, steps, plan_only=True, label=args.step is None)
-        return
     sim = SimServers(args.sim_speed, args.sim_warmup_s, args.sim_gpu_gib) if args.sim else None
     folders = tuple(
         f"--{k.replace('_', '-')} {getattr(args, k)}" for k in ("root", "results", "protocol_file") if getattr(args, k)
     )
-    launch(LaunchRun(settings, protocol, steps, args.step, args.split, args.burst, sim, args.health_timeout_s, folders))
+    run = LaunchRun(settings, protocol, args.step, args.split, args.burst, sim, args.health_timeout_s, folders)
+    if args.plan_only:
+        run_steps(url_from_file(settings)[0], protocol, run.steps, plan_only=True, label=args.step is None)
+        return
+    launch(run)
 
 
 def _check_args(args: argparse.Namespace, protocol: Protocol) -> None:

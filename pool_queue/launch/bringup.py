@@ -72,13 +72,17 @@ class LaunchRun:
 
     settings: Settings
     protocol: Protocol
-    steps: list[int]
     step: int | None = None
     split: str | None = None
     burst: bool = False
     sim: SimServers | None = None
     health_timeout_s: float = 1200.0
     folder_flags: tuple[str, ...] = ()
+
+    @property
+    def steps(self) -> list[int]:
+        """`--step`'s one step; a split or the whole screen: every step."""
+        return [self.step] if self.step else sorted(self.protocol.steps)
 
 
 @dataclass(frozen=True)
