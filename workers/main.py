@@ -23,7 +23,8 @@ from pool_queue.settings import BURST_WAIT_S, Settings
 from pool_queue.store.store import Store
 
 from .client import VLLMClient
-from .runtime import Worker, WorkerConfig, unique_name
+from .config import WorkerConfig
+from .runtime import Worker, unique_name
 from .serving import served_steps
 from .waiting import Stop, Stopped
 
@@ -148,7 +149,7 @@ async def _main(argv: list[str] | None) -> int:
         w = _worker(args, settings, protocol, items, store, client, server, steps, wait_redis_s, stop)
         w.screener.batch = settings.batch == "auto" and await client.batch_endpoint()
         log.info(
-            "%s: %s", w.name, "batch requests (the server lists /v1/chat/completions/batch): a video's items "
+            "%s: %s", w.config.name, "batch requests (the server lists /v1/chat/completions/batch): a video's items "
             "together, siblings' frames by uuid" if w.screener.batch else "one request per forward "
             f"(batch={settings.batch}, or the server's /openapi.json lists no /v1/chat/completions/batch)",
         )  # fmt: skip

@@ -15,9 +15,7 @@ import secrets
 import socket
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -25,7 +23,6 @@ from rq import Worker as RQWorker
 from rq.serializers import JSONSerializer
 
 from pool_queue.errors import RedisGone, ServerMisconfigured
-from pool_queue.inputs.frames import DEFAULT_MAX_PIXELS
 from pool_queue.inputs.items import ItemSet
 from pool_queue.jobs import lease as leases
 from pool_queue.jobs.queue import Screen
@@ -38,10 +35,11 @@ from pool_queue.text import printable
 from . import upkeep
 from .chain import already_final, follow_up
 from .client import VLLMClient
+from .config import WorkerConfig
 from .holds import Holds
 from .metrics import Metrics
 from .redis_link import RedisLink
-from .screen import Identity, Item, Screener, VideoSend
+from .screen import Identity, Item, Screener
 from .slots import Slots
 from .upkeep import Counters
 from .waiting import Stop, Stopped
@@ -50,28 +48,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 NOT_IN_TABLE = "item not in the item table (changed since it was enqueued?)"
 HOLD_PROBE_S = 2.0  # how often a held worker probes its server or its disk
-
-
-@dataclass(frozen=True, kw_only=True)
-class WorkerConfig:
-    """What a worker is configured with, made once from the settings and the command's flags
-    (`workers.main`): the values of its run, apart from the live parts it is given beside them."""
-
-    name: str  # unique: `unique_name`
-    server: str  # the vLLM base URL it feeds
-    steps: tuple[int, ...]  # the steps it takes jobs of
-    max_inflight: int  # forwards in flight to the server
-    frames_dir: Path
-    redis: str  # the Redis URL as messages say it (no password)
-    wait_redis_s: float  # how long an outage of Redis is waited out
-    timing: leases.Timing
-    silent_s: float  # Settings.silent_bound_s: one rule, kept there
-    burst: bool = False  # exit once the queues of its steps are empty
-    poll_s: float = 0.5  # how often an idle worker looks for a job
-    note_s: float = 60.0  # a wait that lasts says so this often
-    metrics_port: int | None = None  # serve /metrics here (0: any free port)
-    max_frame_pixels: int = DEFAULT_MAX_PIXELS
-    video_send: VideoSend = "adjacent"
 
 
 class Worker:
@@ -87,9 +63,6 @@ class Worker:
         stop: Stop,
     ) -> None:
         self.config = config
-        # what the background duties read (upkeep.Tended), from the configuration
-        self.name, self.server, self.steps = config.name, config.server, list(config.steps)
-        self.timing, self.silent_s, self.max_inflight = config.timing, config.silent_s, config.max_inflight
         self.protocol = protocol
         self.items = items
         self.by_id = items.by_id
@@ -138,9 +111,9 @@ class Worker:
 
     def _rq_worker(self) -> RQWorker:
         """RQ's view of us (`rq info`): its key outlives a kill by worker_ttl + 60 s at most."""
-        ttl = max(10, int(3 * self.timing.heartbeat_s))
+        ttl = max(10, int(3 * self.config.timing.heartbeat_s))
         names = [q.name for q in self.queues]
-        w = RQWorker(names, name=self.name, connection=self.conn, serializer=JSONSerializer, worker_ttl=ttl)
+        w = RQWorker(names, name=self.config.name, connection=self.conn, serializer=JSONSerializer, worker_ttl=ttl)
         w.register_birth()  # type: ignore[no-untyped-call]
         return w
 
@@ -151,15 +124,15 @@ class Worker:
         try:
             self.rq = await self.link.call(self._rq_worker, stop=self.stop)
         except RedisGone as e:  # Redis not reached at start: a setting to fix (exit 2), not an outage to outlive
-            log.error("%s: cannot start: %s (--wait-redis)", self.name, e)
+            log.error("%s: cannot start: %s (--wait-redis)", self.config.name, e)
             return 2
         except Stopped:
-            log.info("%s: stopped while waiting for Redis at the start", self.name)
+            log.info("%s: stopped while waiting for Redis at the start", self.config.name)
             return 0
         if self.config.metrics_port is not None:
             port = self.metrics.serve(self.config.metrics_port)
             self.metrics_url = f"http://{socket.gethostname()}:{port}/metrics"
-            log.info("%s: metrics on %s", self.name, self.metrics_url)
+            log.info("%s: metrics on %s", self.config.name, self.metrics_url)
         await self.link.attempt(upkeep.beat, self)  # seen by pool-status at once, not one heartbeat later
         side = upkeep.tasks(self)
         runs, told = self.runs, 0
@@ -173,7 +146,7 @@ class Worker:
                     await _first(self.stop.event.wait(), asyncio.sleep(HOLD_PROBE_S))
                     continue
                 told = await self._tell_holds(told)
-                if self.backlog >= 2 * self.max_inflight:
+                if self.backlog >= 2 * self.config.max_inflight:
                     self.more.clear()
                     await _first(self.more.wait(), self.stop.event.wait())
                     continue
@@ -185,7 +158,7 @@ class Worker:
                     continue
                 self._start(lease)
             if runs:  # each job ends its own lease: acknowledged, failed or given back
-                log.info("%s: stopping: finishing %d job(s) in flight", self.name, len(runs))
+                log.info("%s: stopping: finishing %d job(s) in flight", self.config.name, len(runs))
                 await asyncio.gather(*runs.values(), return_exceptions=True)
         finally:
             for t in side:
@@ -194,13 +167,13 @@ class Worker:
                 await upkeep.cache_share(self)  # the last interval's share
             await self.link.attempt(self.rq.register_death)  # our name is free again at once
             with contextlib.suppress(Exception):
-                await self.link.attempt(presence.withdraw, self.conn, self.name)
+                await self.link.attempt(presence.withdraw, self.conn, self.config.name)
             for w in self.writers.values():
                 w.close()
             self.reader.shutdown(wait=False)
             upkeep.log_progress(self)
         if self.fatal is not None:
-            log.error("%s: stopped: %s", self.name, self.fatal)
+            log.error("%s: stopped: %s", self.config.name, self.fatal)
             return 4 if isinstance(self.fatal, RedisGone) else 3
         return 0
 
@@ -214,14 +187,14 @@ class Worker:
     async def _claim(self) -> leases.Lease | None:
         try:
             return await self.link.call(
-                leases.claim, self.screen, self.queues, self.name, self.timing.lease_s, stop=self.stop
+                leases.claim, self.screen, self.queues, self.config.name, self.config.timing.lease_s, stop=self.stop
             )
         except RedisGone as e:
             self._stop(e)
         except Stopped:  # nothing claimed: the loop sees the stop
             pass
         except Exception as e:  # never let one odd job or reply end the worker
-            log.exception("%s: taking a job failed; going on", self.name)
+            log.exception("%s: taking a job failed; going on", self.config.name)
             self.last_error = f"claim: {type(e).__name__}: {e}"[:300]
         return None
 
@@ -230,18 +203,18 @@ class Worker:
         took any job, so an empty queue is never a silent exit)."""
         if await self._work_left() or self.stop.event.is_set():
             return False
-        steps = ",".join(map(str, self.steps))
+        steps = ",".join(map(str, self.config.steps))
         if self.count.jobs:
-            log.info("%s: burst: the queues of step(s) %s are empty; exiting", self.name, steps)
+            log.info("%s: burst: the queues of step(s) %s are empty; exiting", self.config.name, steps)
         else:
             log.info("%s: burst: nothing queued for step(s) %s (pool-enqueue --step N puts work there); exiting",
-                     self.name, steps)  # fmt: skip
+                     self.config.name, steps)  # fmt: skip
         return True
 
     async def _work_left(self) -> bool:
         """Jobs of our queues waiting or held by other workers: a burst worker waits, their lease may expire."""
         try:
-            return await self.link.call(self.screen.busy, self.steps, stop=self.stop)
+            return await self.link.call(self.screen.busy, self.config.steps, stop=self.stop)
         except RedisGone as e:
             self._stop(e)
             return False
@@ -339,10 +312,11 @@ class Worker:
         except Exception as e:
             reason = printable(f"{type(e).__name__}: {e}")  # it goes to Redis and the status view: valid UTF-8
             self.last_error = f"job {lease.job.id}: {reason}"[:300]
-            log.exception("%s: job %s raised (run %d)", self.name, lease.job.id, lease.failures + 1)
-            final = await self._end(leases.fail, self.conn, lease, reason, self.name, self.timing.max_failures, self.rq)
+            name, max_failures = self.config.name, self.config.timing.max_failures
+            log.exception("%s: job %s raised (run %d)", name, lease.job.id, lease.failures + 1)
+            final = await self._end(leases.fail, self.conn, lease, reason, name, max_failures, self.rq)
             if final:
-                log.error("%s: job %s failed %d times: in the failed registry", self.name, lease.job.id, lease.failures)
+                log.error("%s: job %s failed %d times: in the failed registry", name, lease.job.id, lease.failures)
         finally:  # here, not one loop tick later in _ended: a heartbeat must not renew an ended lease
             self._drop(lease.job.id)
 
@@ -384,7 +358,7 @@ class Worker:
             self._stop(e)
             rows = [self.screener.error_row(step, i, str(e), "internal") for i in ids]
         except Exception as e:  # reading the item table itself failed: a bug, these items only
-            log.exception("%s: items %s, step %s: internal error", self.name, ids[:3], step)
+            log.exception("%s: items %s, step %s: internal error", self.config.name, ids[:3], step)
             rows = [self.screener.error_row(step, i, f"{type(e).__name__}: {e}", "internal") for i in ids]
         for row in rows:
             self.count.items += 1
@@ -405,7 +379,7 @@ class Worker:
 
     def _writer(self, step: int) -> SegmentWriter:
         if step not in self.writers:
-            self.writers[step] = self.store.writer(step, self.name)
+            self.writers[step] = self.store.writer(step, self.config.name)
         return self.writers[step]
 
     def _videos(self, ids: list[str]) -> dict[str, str]:

@@ -27,6 +27,7 @@ from pool_queue.jobs.rescue import rescue
 from pool_queue.observe import prefix_cache, presence
 
 from .client import VLLMClient
+from .config import WorkerConfig
 from .holds import Holds
 from .redis_link import RedisLink
 from .screen import Screener
@@ -51,13 +52,11 @@ class Counters:
 class Tended(Protocol):
     """What the duties read and touch of a worker (`runtime.Worker`)."""
 
-    name: str
-    server: str
-    steps: list[int]
+    config: WorkerConfig
+
     screen: Screen
     conn: Redis
     link: RedisLink
-    timing: leases.Timing
     client: VLLMClient
     holds: Holds
     screener: Screener
@@ -65,8 +64,6 @@ class Tended(Protocol):
     active: dict[str, leases.Lease]
     jobs_changed: asyncio.Event  # set when `active` changes: RQ's view of the worker follows
     all_queues: list[Queue]
-    silent_s: float
-    max_inflight: int
     count: Counters
     rate: presence.RateWindow
     cache: prefix_cache.Meter
@@ -84,11 +81,11 @@ def tasks(w: Tended) -> list[asyncio.Task[None]]:
 
 async def heartbeats(w: Tended) -> None:
     while True:
-        await asyncio.sleep(w.timing.heartbeat_s)
+        await asyncio.sleep(w.config.timing.heartbeat_s)
         try:
             await w.link.attempt(beat, w)  # Redis away: the outage is logged once, leases have slack
         except Exception as e:
-            log.warning("%s: heartbeat failed: %s", w.name, e)
+            log.warning("%s: heartbeat failed: %s", w.config.name, e)
         w.jobs_changed.set()  # RQ's view again: a write lost to an outage, or a key born again, is right once more
 
 
@@ -102,11 +99,11 @@ async def show_state(w: Tended) -> None:
         try:
             await w.link.attempt(leases.show_state, w.rq, list(w.active))
         except Exception as e:  # a display: never worth a worker
-            log.warning("%s: showing the worker's state to RQ failed: %s", w.name, e)
+            log.warning("%s: showing the worker's state to RQ failed: %s", w.config.name, e)
 
 
 def beat(w: Tended) -> None:
-    leases.heartbeat(w.conn, list(w.active.values()), w.timing.lease_s)
+    leases.heartbeat(w.conn, list(w.active.values()), w.config.timing.lease_s)
     if not w.conn.exists(w.rq.key):  # Redis lost its data (or our key expired): be seen again
         w.rq.register_birth()  # type: ignore[no-untyped-call]
     w.rq.heartbeat()
@@ -116,24 +113,25 @@ def beat(w: Tended) -> None:
 async def rescues(w: Tended) -> None:
     seen: set[str] = set()  # intermediate-list orphans of the previous pass
     while True:
-        await asyncio.sleep(w.timing.rescue_s)
+        await asyncio.sleep(w.config.timing.rescue_s)
         try:
             n = await w.link.attempt(rescue, w.conn, w.all_queues, seen)  # every step's: a step whose only
             if n:  # worker died is rescued by the others
-                log.warning("%s: re-queued %d abandoned job(s)", w.name, n)
+                log.warning("%s: re-queued %d abandoned job(s)", w.config.name, n)
         except Exception as e:
-            log.warning("%s: rescue failed: %s", w.name, e)
+            log.warning("%s: rescue failed: %s", w.config.name, e)
 
 
 async def watch_server(w: Tended) -> None:
     """A server that answers no forward for `silent_s` (wedged, stopped, or a port that never replies):
     its jobs go back to the queue for other workers; this worker takes work again once /health answers."""
     while True:
-        await asyncio.sleep(min(1.0, w.silent_s / 4))
+        bound_s, server = w.config.silent_s, w.config.server
+        await asyncio.sleep(min(1.0, bound_s / 4))
         quiet_s = w.client.silent_s()
-        if quiet_s > w.silent_s and w.active:
-            why = f"{w.server} answered no forward for {quiet_s:.0f} s (POOL_SERVER_SILENT_S {w.silent_s:.0f} s)"
-            if w.holds.begin("server", why, f"{w.server} is back", w.client.healthy):
+        if quiet_s > bound_s and w.active:
+            why = f"{server} answered no forward for {quiet_s:.0f} s (POOL_SERVER_SILENT_S {bound_s:.0f} s)"
+            if w.holds.begin("server", why, f"{server} is back", w.client.healthy):
                 w.hand_back()
 
 
@@ -143,7 +141,7 @@ async def read_cache(w: Tended) -> None:
         try:
             await cache_share(w)
         except Exception as e:  # a statistic: never worth a worker
-            log.warning("%s: reading the server's /metrics failed: %s", w.name, e)
+            log.warning("%s: reading the server's /metrics failed: %s", w.config.name, e)
 
 
 async def cache_share(w: Tended) -> None:
@@ -165,13 +163,13 @@ def snapshot(w: Tended) -> presence.WorkerSnapshot:
     c, now = w.count, time.monotonic()
     items_per_s, forwards_per_s = w.rate.rates(now, c.items, c.forwards)
     return presence.WorkerSnapshot(
-        name=w.name,
+        name=w.config.name,
         screen=w.screen.id,
-        server=w.server,
-        steps=w.steps,
+        server=w.config.server,
+        steps=list(w.config.steps),
         host=socket.gethostname(),
         pid=os.getpid(),
-        max_inflight=w.max_inflight,
+        max_inflight=w.config.max_inflight,
         inflight=w.screener.in_flight,
         inflight_cost=w.screener.inflight.held,
         active_jobs=len(w.active),
@@ -200,7 +198,7 @@ def log_progress(w: Tended) -> None:
     elapsed_s = max(1e-9, time.monotonic() - c.started)
     log.info(
         "%s: %d items (%.1f/s), %d forwards (%.1f/s), %d removed, %d errors, %d jobs, %d retries, outage %.0f s",
-        w.name,
+        w.config.name,
         c.items,
         c.items / elapsed_s,
         c.forwards,

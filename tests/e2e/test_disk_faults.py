@@ -161,7 +161,7 @@ def test_a_partial_line_no_job_saw_is_cut_before_the_worker_takes_work(stack, mo
 
     def worker_with_a_partial_line(*args):  # type: ignore[no-untyped-def]
         w = real_worker(*args)
-        seg = w.store.step_dir(1) / f"seg-{w.name}-refused.jsonl"
+        seg = w.store.step_dir(1) / f"seg-{w.config.name}-refused.jsonl"
         seg.parent.mkdir(parents=True, exist_ok=True)
         seg.write_bytes(b'{"item_id": "cut-here')
         w.store.torn.add(seg, 0, OSError(errno.EROFS, "Read-only file system"))

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from pool_queue.cli import settings as cli_settings
+from workers.config import WorkerConfig
 from workers.main import _parser, worker_config
-from workers.runtime import WorkerConfig
 
 SERVER = "http://127.0.0.1:8001"
 
