@@ -59,6 +59,7 @@ class RedisLink:
         no work in flight (taking a job, starting) passes `stop`: the first signal ends its wait (Stopped)."""
         pause_s = 0.2
         while True:
+            sent = time.monotonic()
             try:
                 out = await self._run(fn, *args)
             except redis.AuthenticationError:
@@ -73,11 +74,12 @@ class RedisLink:
                 await (stop.sleep(pause_s) if stop is not None else asyncio.sleep(pause_s))
                 pause_s = min(2 * pause_s, 2.0)
                 continue
-            self._up(fn)
+            self._up(fn, sent)
             return out
 
     async def attempt(self, fn: Callable[..., T], *args: object) -> T | None:
         """`fn(*args)` once; None while Redis is unreachable (heartbeats, presence: the next one will do)."""
+        sent = time.monotonic()
         try:
             out = await self._run(fn, *args)
         except redis.AuthenticationError:
@@ -85,7 +87,7 @@ class RedisLink:
         except OUTAGE as e:
             self._down(e, fn)
             return None
-        self._up(fn)
+        self._up(fn, sent)
         return out
 
     def _down(self, e: Exception, fn: object) -> None:
@@ -104,11 +106,12 @@ class RedisLink:
                 self.wait_s,
             )
 
-    def _up(self, fn: object) -> None:
-        """An answer ends an outage; a full Redis answers reads, so only a call it refused before, now
-        through, ends that one (heartbeats and rescues come round again, so one always does), once no call
-        was refused for `settle_s` after it."""
-        if self.down_since is None:
+    def _up(self, fn: object, sent: float) -> None:
+        """An answer to a call sent after the outage began ends it: a call sent before (the link runs two at
+        once) may have been answered just before Redis went, and says nothing of now. A full Redis answers
+        reads, so only a call it refused before, now through, ends that one (heartbeats and rescues come round
+        again, so one always does), once no call was refused for `settle_s` after it."""
+        if self.down_since is None or sent < self.down_since:
             return
         now = time.monotonic()
         if self.refused:
