@@ -1,5 +1,6 @@
 """gpu_run.sh's runs side by side: per step the rows and items/s over the step's span (first start to last
-finish); over step 3's span the GPU busy and the vLLM processes' CPU per item; the prefix-cache hit rate
+finish); over step 3's span the GPU busy, the vLLM processes' CPU per item and the engine cores' busiest
+thread (median and p90 of its share of a core, where the sampler wrote it); the prefix-cache hit rate
 the workers metered; then the top-20 of every item both runs screened, compared with the first run's.
 
     python benchmarks/batch_summary.py WORK off auto [--results POOL_ROOT/results]
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 
@@ -24,20 +26,24 @@ E: Path = args.work
 MODES: tuple[str, ...] = tuple(args.runs)
 
 
-def samples(mode: str) -> list[tuple[float, float, float, float]]:
+def samples(mode: str) -> list[tuple[float, ...]]:
     return [tuple(map(float, line.split())) for line in (E / mode / "samples.txt").read_text().splitlines()]
 
 
-def window(rows: list[dict]) -> tuple[float, float]:
+def window(rows: list[dict[str, Any]]) -> tuple[float, float]:
     return min(r["started_at"] for r in rows), max(r["finished_at"] for r in rows)
 
 
-def over(sampled: list[tuple[float, ...]], t0: float, t1: float) -> tuple[float, float, float]:
+def over(sampled: list[tuple[float, ...]], t0: float, t1: float) -> tuple[float, float, float, str]:
+    """Over [t0, t1]: vLLM CPU s, engine-core CPU s, mean GPU busy, and the busiest engine-core thread's
+    median / p90 share of a core ("-" where the samples have no such column)."""
     inside = [x for x in sampled if t0 <= x[0] <= t1]
     if len(inside) < 2:
-        return float("nan"), float("nan"), float("nan")
+        return float("nan"), float("nan"), float("nan"), "-"
     busy = sum(x[3] for x in inside) / len(inside)
-    return inside[-1][1] - inside[0][1], inside[-1][2] - inside[0][2], busy
+    top = sorted(x[4] for x in inside[1:] if len(x) > 4)
+    thread = f"{top[len(top) // 2]:.2f} / {top[min(len(top) - 1, len(top) * 9 // 10)]:.2f}" if top else "-"
+    return inside[-1][1] - inside[0][1], inside[-1][2] - inside[0][2], busy, thread
 
 
 def hits(mode: str, step: int) -> float | None:
@@ -55,21 +61,21 @@ tables = {
 }
 print(
     "| run | step | rows | items/s | sent | prefix hits | step-3 GPU busy | server CPU / item | engine core / item "
-    "| engine core busy |"
+    "| engine core busy | busiest thread p50 / p90 |"
 )
-print("|---|---|---|---|---|---|---|---|---|---|")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for m in MODES:
     sampled = samples(m)
     for step in (1, 2, 3):
         rows = [r for r in tables[m][step] if r["status"] == "ok"]
         t0, t1 = window(rows)
         sent = sorted({f["sent"] or "single" for r in rows for f in r["forwards"]})
-        extra = "| | | |"
+        extra = "| | | | | |"
         if step == 3:
-            cpu, eng, busy = over(sampled, t0, t1)
+            cpu, eng, busy, thread = over(sampled, t0, t1)
             extra = (
                 f"| {busy:.0f} % | {1000 * cpu / len(rows):.0f} ms | {1000 * eng / len(rows):.0f} ms "
-                f"| {eng / (t1 - t0):.2f} cores |"
+                f"| {eng / (t1 - t0):.2f} cores | {thread} |"
             )
         rate = len(rows) / (t1 - t0)
         print(f"| {m} | {step} | {len(rows)} | {rate:.1f} | {','.join(sent)} | {hits(m, step)} {extra}")

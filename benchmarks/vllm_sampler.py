@@ -1,5 +1,7 @@
 """Once a second: the time, the CPU seconds so far of every vLLM process and of its engine cores alone (from
-/proc), and the GPU's busy percent (NVML). One line each, until killed (or --count lines).
+/proc), the GPU's busy percent (NVML), and the share of a core the engine cores' busiest thread used since
+the last line (near 1.0: the engine core's one Python thread is what binds). One line each, until killed (or
+--count lines).
 
     python benchmarks/vllm_sampler.py FILE [--interval 1.0] [--count N]
 
@@ -16,8 +18,10 @@ from collections.abc import Callable
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def vllm_cpu() -> tuple[float, float]:
+def vllm_cpu() -> tuple[float, float, dict[str, float]]:
+    """CPU seconds so far: every vLLM process, its engine cores, and each engine-core thread (by pid/tid)."""
     total = engine = 0
+    threads: dict[str, float] = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -28,12 +32,22 @@ def vllm_cpu() -> tuple[float, float]:
                 continue
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
+            if b"EngineCor" in comm:  # comm keeps 15 bytes: VLLM::EngineCor
+                for tid in os.listdir(f"/proc/{pid}/task"):
+                    with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                        t = f.read().rsplit(")", 1)[1].split()
+                    threads[f"{pid}/{tid}"] = (int(t[11]) + int(t[12])) / TICK
+        except OSError:  # the process or thread ended while read
             continue
         ticks = int(fields[11]) + int(fields[12])
         total += ticks
-        engine += ticks if b"EngineCor" in comm else 0  # comm keeps 15 bytes: VLLM::EngineCor
-    return total / TICK, engine / TICK
+        engine += ticks if b"EngineCor" in comm else 0
+    return total / TICK, engine / TICK, threads
+
+
+def busiest(before: dict[str, float], now: dict[str, float], dt: float) -> float:
+    """The share of a core the busiest engine-core thread used between two samples (0 with none)."""
+    return max(((now[k] - before[k]) / dt for k in now.keys() & before.keys()), default=0.0)
 
 
 def gpu_busy() -> Callable[[], float]:
@@ -50,16 +64,25 @@ def gpu_busy() -> Callable[[], float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("file", help="appended to, one line a sample: time, vLLM CPU s, engine-core CPU s, GPU busy %%")
+    ap.add_argument(
+        "file",
+        help="appended to, one line a sample: time, vLLM CPU s, engine-core CPU s, GPU busy %%, "
+        "busiest engine-core thread's cores",
+    )
     ap.add_argument("--interval", type=float, default=1.0)
     ap.add_argument("--count", type=int, default=0, help="stop after this many lines (0: until killed)")
     args = ap.parse_args()
     busy = gpu_busy()
     n = 0
+    before: dict[str, float] = {}
+    t_before = time.time()
     with open(args.file, "a", buffering=1) as out:
         while not args.count or n < args.count:
-            cpu, engine = vllm_cpu()
-            out.write(f"{time.time():.2f} {cpu:.2f} {engine:.2f} {busy():.0f}\n")
+            cpu, engine, threads = vllm_cpu()
+            t = time.time()
+            top = busiest(before, threads, max(t - t_before, 1e-3))
+            out.write(f"{t:.2f} {cpu:.2f} {engine:.2f} {busy():.0f} {top:.3f}\n")
+            before, t_before = threads, t
             n += 1
             time.sleep(args.interval)
 

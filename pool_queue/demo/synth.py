@@ -166,7 +166,9 @@ def question_in_band(rng: random.Random, band: tuple[float, float]) -> str:
 
 
 def _video_base(rng: random.Random, fmt: str, portrait: bool) -> Image.Image:
-    size = {"jpeg448": (448, rng.choice((252, 336))), "jpegbig": (854, 480), "png": (640, 360)}[fmt]
+    # jpeg448: 448 px wide, 16:9 or 4:3 at random; jpeg448sq and jpeg448wide: one shape, for a benchmark's frame size
+    fixed = {"jpeg448sq": (448, 448), "jpeg448wide": (448, 252), "jpegbig": (854, 480), "png": (640, 360)}
+    size = (448, rng.choice((252, 336))) if fmt == "jpeg448" else fixed[fmt]
     if portrait:
         size = (size[1], size[0])
     small = Image.new("RGB", (16, 9) if not portrait else (9, 16), tuple(rng.randrange(256) for _ in range(3)))

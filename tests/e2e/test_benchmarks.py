@@ -143,6 +143,9 @@ def test_gpu_script_parses_and_says_how_to_run_it(script: Path, tmp_path: Path) 
         (["run", "3k", "off"], "N (items)"),
         (["variant", "auto64"], "NAME FROM"),
         (["variant", "auto64", "auto"], "no run auto"),
+        (["pair", "two"], "NAME FROM"),
+        (["pair", "two", "auto"], "no run auto"),
+        (["wrap", "kv"], "NAME ARG"),
     ],
 )
 def test_gpu_run_refuses_bad_words_in_one_line_before_it_starts_anything(
@@ -155,14 +158,35 @@ def test_gpu_run_refuses_bad_words_in_one_line_before_it_starts_anything(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_gpu_run_wrap_adds_its_arguments_to_serve_only(tmp_path: Path) -> None:
+    """A wrapped vllm: `serve` gets the arguments, its --help and every other command pass through as given."""
+    fake = tmp_path / "vllm"
+    fake.write_text('#!/usr/bin/env bash\necho "$@"\n')
+    fake.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "VLLM": str(fake), "HOME": str(tmp_path)}
+    wrapper = tmp_path / "vllm-kv"
+    r = subprocess.run(["bash", str(BENCH / "gpu_run.sh"), "wrap", "kv", "--kv-cache-memory-bytes", "7"],
+                       cwd=BENCH.parent, env={**env, "WRAP_DIR": str(tmp_path)}, capture_output=True, text=True,
+                       timeout=30)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+
+    def said(*argv: str) -> str:
+        return subprocess.run([str(wrapper), *argv], capture_output=True, text=True, timeout=30).stdout.strip()
+
+    assert said("serve", "/m", "--port", "1") == "serve /m --port 1 --kv-cache-memory-bytes 7"
+    assert said("serve", "--help") == "serve --help"
+    assert said("--version") == "--version"
+
+
 @pytest.mark.slow
 def test_vllm_sampler_writes_one_line_a_sample_without_a_gpu(tmp_path: Path) -> None:
     out = tmp_path / "samples.txt"
     _run(str(BENCH / "vllm_sampler.py"), str(out), "--count", "3", "--interval", "0.01")
     lines = [line.split() for line in out.read_text().splitlines()]
-    assert len(lines) == 3 and all(len(fields) == 4 for fields in lines)
+    assert len(lines) == 3 and all(len(fields) == 5 for fields in lines)
     times = [float(fields[0]) for fields in lines]
     assert times == sorted(times) and all(float(fields[1]) >= float(fields[2]) >= 0 for fields in lines)
+    assert all(float(fields[4]) == 0.0 for fields in lines)  # no engine core here: no busiest thread
 
 
 def _export(work: Path, run: str, t0: float, step3_top: str) -> None:
@@ -181,7 +205,10 @@ def _export(work: Path, run: str, t0: float, step3_top: str) -> None:
             for k in range(n)
         ]  # fmt: skip
         pq.write_table(pa.Table.from_pylist(rows), parquet / f"step{step}.parquet")
-    samples = [f"{t0 + s} {2.0 * s} {0.5 * s} 70" for s in range(8)]
+    # the busiest engine-core thread: 0.1 of a core in the first seconds, 0.9 in the last (an older sampler
+    # wrote no such column: the "off" run)
+    samples = [f"{t0 + s} {2.0 * s} {0.5 * s} 70" + ("" if run == "off" else f" {0.1 if s < 4 else 0.9}")
+               for s in range(8)]  # fmt: skip
     (work / run / "samples.txt").write_text("\n".join(samples) + "\n")
 
 
@@ -199,6 +226,8 @@ def test_batch_summary_puts_runs_side_by_side_and_compares_their_top20(tmp_path:
     ]
     assert [c[4].strip() for c in table] == ["single"] * 3 + ["batch"] * 3
     assert table[5][5].split()[0] == "0.25"  # the prefix hits the workers metered: 1 of 4
+    # over step 3's span (t0 .. t0 + 4: samples 0-4, the first has no interval): 0.1, 0.1, 0.1, 0.9
+    assert [table[2][10].strip(), table[5][10].strip()] == ["-", "0.10 / 0.90"]
     compared = [line for line in text.splitlines() if line.startswith("step ")]
     assert [line.split(", identical top-20 ")[1].split(",")[0] for line in compared] == ["6", "4", "3"]
 
