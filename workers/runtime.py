@@ -19,7 +19,6 @@ from functools import partial
 from typing import Any, TypeVar
 
 import pyarrow as pa
-from rq import Worker as RQWorker
 from rq.serializers import JSONSerializer
 
 from pool_queue.errors import RedisGone, ServerMisconfigured
@@ -90,6 +89,7 @@ class Worker:
         self.jobs_changed = asyncio.Event()  # `active` changed (and at start): RQ's view of us follows (upkeep)
         self.jobs_changed.set()
         self.runs: dict[str, asyncio.Task[None]] = {}  # job id -> its task
+        self.writing = 0  # jobs waiting on a write of their rows: a failed one is said by its own job
         self.reserved: dict[str, int] = {}  # job id -> its forwards counted in the backlog before its items start
         self.holds = Holds(config.name, config.note_s)
         self.backlog = 0  # forwards of claimed jobs not yet answered (or found settled)
@@ -107,13 +107,15 @@ class Worker:
         self.rate = presence.RateWindow()
         self.cache = prefix_cache.Meter.for_worker(store.root, config.name, config.server)
         self.engine = prefix_cache.EngineMeter()
-        self.rq: RQWorker  # made in run(): its constructor already talks to Redis
+        self.rq: leases.ShownWorker  # made in run(): its constructor already talks to Redis
 
-    def _rq_worker(self) -> RQWorker:
+    def _rq_worker(self) -> leases.ShownWorker:
         """RQ's view of us (`rq info`): its key outlives a kill by worker_ttl + 60 s at most."""
         ttl = max(10, int(3 * self.config.timing.heartbeat_s))
         names = [q.name for q in self.queues]
-        w = RQWorker(names, name=self.config.name, connection=self.conn, serializer=JSONSerializer, worker_ttl=ttl)
+        w = leases.ShownWorker(
+            names, name=self.config.name, connection=self.conn, serializer=JSONSerializer, worker_ttl=ttl
+        )
         w.register_birth()  # type: ignore[no-untyped-call]
         return w
 
@@ -234,7 +236,9 @@ class Worker:
         was handed back (the task was cancelled while its thread wrote), so its error reached no one. The
         worker holds until the line is cut, as after an error it saw itself."""
         torn = self.store.torn
-        if torn and "disk" not in self.holds:
+        # while a job waits on its write, a tail it left is its own to say, with the cause: its error is on the
+        # way (the thread's result reaches the task a loop turn later); a cancelled job stops waiting at once
+        if torn and "disk" not in self.holds and not self.writing:
             self._hold_disk("a refused write left a partial line", "its partial line is cut", torn.repair)
 
     def hand_back(self) -> None:
@@ -290,7 +294,11 @@ class Worker:
             if self.fatal is not None and not isinstance(self.fatal, RedisGone):
                 raise self.fatal
             dumped = [r.model_dump(mode="json") for r in rows]
-            await asyncio.to_thread(self._writer(step).write, dumped)  # on disk before the ack
+            self.writing += 1
+            try:
+                await asyncio.to_thread(self._writer(step).write, dumped)  # on disk before the ack
+            finally:
+                self.writing -= 1
             follow = await self._read(
                 follow_up, self.protocol, self.store, self.config.frames_dir, self._videos, step, rows, skip
             )

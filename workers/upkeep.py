@@ -19,7 +19,6 @@ from typing import Protocol
 
 from redis import Redis
 from rq import Queue
-from rq import Worker as RQWorker
 
 from pool_queue.jobs import lease as leases
 from pool_queue.jobs.queue import Screen
@@ -60,7 +59,7 @@ class Tended(Protocol):
     client: VLLMClient
     holds: Holds
     screener: Screener
-    rq: RQWorker
+    rq: leases.ShownWorker
     active: dict[str, leases.Lease]
     jobs_changed: asyncio.Event  # set when `active` changes: RQ's view of the worker follows
     all_queues: list[Queue]

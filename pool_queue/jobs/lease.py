@@ -17,12 +17,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from pydantic import ValidationError
 from redis import Redis, RedisError
 from redis.client import Pipeline
-from rq import Queue
+from rq import Queue, Worker
 from rq.executions import Execution
 from rq.job import Job, JobStatus
 from rq.registry import FinishedJobRegistry
@@ -247,6 +247,15 @@ def fail(
             lease.queue.enqueue_job(job, pipeline=pipe)
 
     return _owned(conn, lease, then) and final
+
+
+class ShownWorker(Worker):
+    """RQ's record of a pool worker, its state in it from its birth: RQ's own work loop writes a state just
+    after `register_birth`, which writes none, and ours writes one only as its jobs change (`show_state`), so
+    `rq info` showed the state "?" until the first job, and again after a heartbeat registered it anew."""
+
+    def serialize(self) -> dict[str, Any]:
+        return {**super().serialize(), "state": self.get_state()}
 
 
 def show_state(worker: BaseWorker, jobs: list[str]) -> None:
