@@ -60,6 +60,21 @@ def test_every_field_written_is_readable_by_rq_and_rq_info(screen: Screen, redis
     assert "0 executing, 1 finished, 0 failed" in rq_info(redis_url)
 
 
+def test_a_pool_workers_record_has_a_state_from_its_birth_and_after_a_new_registration(screen: Screen) -> None:
+    """RQ's own `register_birth` writes no state (RQ's work loop writes one just after): a reader such as
+    `rq info` in between saw "?". A pool worker's record has its state from the first write on."""
+    plain = Worker([screen.queue(1)], name="plain.host.abc123", connection=screen.conn, serializer=JSONSerializer)
+    plain.register_birth()
+    w = lease.ShownWorker([screen.queue(1)], name="w.host.abc123", connection=screen.conn, serializer=JSONSerializer)
+    w.register_birth()
+    states = {x.name: x.get_state() for x in Worker.all(connection=screen.conn)}
+    assert states == {plain.name: "?", w.name: "starting"}  # the first: what RQ alone leaves
+    lease.show_state(w, ["job-1"])
+    screen.conn.delete(w.key)  # Redis lost the record: the next heartbeat registers the worker anew
+    w.register_birth()
+    assert Worker.find_by_key(w.key, connection=screen.conn).get_state() == "busy"  # type: ignore[union-attr]
+
+
 def test_the_workers_own_counts_move_with_each_end_of_a_job(screen: Screen, redis_url: str) -> None:
     """`rq info` and rq-dashboard read RQ's per-worker counts: a finish counts once, a failed run once, a
     late acknowledgement (the job was not ours any more) not at all."""
