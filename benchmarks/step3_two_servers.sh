@@ -1,44 +1,61 @@
 #!/usr/bin/env bash
-# Step 3 with two 2B servers on one GPU: the step-3 profile (benchmarks/results/h200.md) shows the
-# engine core's one thread as the limit (batching the images' pixel values on the CPU) with the GPU
-# three-quarters idle, so a second server (its own engine core) on the same GPU should add to it.
-# The system (Redis + workers) runs once against one server, then against both at once (a worker
-# set and a Redis each, as pool-launch does per server). After `benchmarks/h200.sh deps` and `install`:
-#   bash benchmarks/step3_two_servers.sh start
-#   bash benchmarks/step3_two_servers.sh measure OUTDIR
+# Step 3 with two 2B servers on one GPU, each with its own engine core: does a second server raise step 3
+# on the same card, at the same forwards in flight? The engine core's one thread was 0.72-0.83 of a core
+# with the GPU half idle (docs/scale.md), so a second engine core could add to it. Both servers start at
+# once, each with a fixed KV cache (KV_GIB, default 24) so neither start-up's memory profiling sees the
+# other's. The system (Redis + pool-workers, throughput.py) then screens distinct items of one pool of
+# 448-px JPEG frames, one measurement after the other:
+#   one-server-32   server A alone, 32 forwards in flight (one worker of 32)
+#   one-server-64   server A alone, 64 in flight (two workers of 32): what a second server must beat
+#   two-servers     A and B at once, 32 in flight each (64 in all)
+# After `benchmarks/h200.sh deps` and `install`, on the GPU machine:
+#   bash benchmarks/step3_two_servers.sh start            the two servers and the pool (background servers)
+#   bash benchmarks/step3_two_servers.sh measure OUTDIR   the three measurements and one summary line
+#   bash benchmarks/step3_two_servers.sh all OUTDIR       both (a background job's: ends with DONE)
+# Env: SYSTEM_ITEMS (items per measurement, 600), KV_GIB (24), WAIT (s for a start, 600).
 set -euo pipefail
 H="bash benchmarks/h200.sh"
 export PYTHONPATH="/tmp/site:/tmp/ours:$PWD"
-N=${SYSTEM_ITEMS:-240}
-RUN="--ceiling-items 40 --items $N --procs 4 --conc 24 --workers 4 --inflight 32 --root /root/b3"
-case "${1:?start|measure}" in
-  start)
-    # a fixed KV cache each (12 GiB) so the two start-ups cannot upset each other's memory profiling
-    export GPU_UTIL=0.4 MAX_SEQS=256
-    for p in 8002 8003; do $H serve 2b "$p" --kv-cache-memory-bytes 12884901888; done
-    python3 -c "import sys; sys.path.insert(0, 'benchmarks'); from pathlib import Path; from _pool import pool_items; \
-print(len(pool_items(Path('/root/b3'), 3, 3 * ($N + 40))), 'items in /root/b3')"
-    for p in 8002 8003; do $H wait "$p" "${WAIT:-450}"; done ;;
-  measure)
-    out=${2:?OUTDIR}
-    mkdir -p "$out"
-    # shellcheck disable=SC2086  # RUN is a word list
-    $H bench 3 8002 $RUN --label one-server --out "$out/throughput.jsonl"
-    # shellcheck disable=SC2086
-    $H bench 3 8002 $RUN --skip $((N + 40)) --label two-servers-a --out "$out/throughput.jsonl" > "$out/a.txt" &
-    # shellcheck disable=SC2086
-    $H bench 3 8003 $RUN --skip $((2 * N + 80)) --label two-servers-b --out "$out/throughput.jsonl" > "$out/b.txt"
-    wait
-    cat "$out/a.txt" "$out/b.txt"
-    python3 - "$out/throughput.jsonl" <<'PY'
+N=${SYSTEM_ITEMS:-600}
+KV=$(( ${KV_GIB:-24} * 1024 * 1024 * 1024 ))
+ROOT=/root/b3
+RUN=(--ceiling-items 0 --items "$N" --real-frames --root "$ROOT")
+
+start() {
+  export GPU_UTIL=0.4 MAX_SEQS=64
+  for p in 8002 8003; do $H serve 2b "$p" --kv-cache-memory-bytes "$KV"; done
+  python3 -c "import sys; sys.path.insert(0, 'benchmarks'); from pathlib import Path; from _pool import pool_items; \
+print(len(pool_items(Path('$ROOT'), 3, 4 * $N, real_frames=True)), 'items in $ROOT')"
+  for p in 8002 8003; do $H wait "$p" "${WAIT:-600}"; done
+}
+
+measure() {
+  local out=$1
+  mkdir -p "$out"
+  $H bench 3 8002 "${RUN[@]}" --workers 1 --inflight 32 --label one-server-32 --out "$out/throughput.jsonl"
+  $H bench 3 8002 "${RUN[@]}" --skip "$N" --workers 2 --inflight 32 --label one-server-64 --out "$out/throughput.jsonl"
+  $H bench 3 8002 "${RUN[@]}" --skip $((2 * N)) --workers 1 --inflight 32 --label two-servers-a \
+    --out "$out/throughput.jsonl" > "$out/a.txt" &
+  $H bench 3 8003 "${RUN[@]}" --skip $((3 * N)) --workers 1 --inflight 32 --label two-servers-b \
+    --out "$out/throughput.jsonl" > "$out/b.txt"
+  wait
+  cat "$out/a.txt" "$out/b.txt"
+  python3 - "$out/throughput.jsonl" <<'PY'
 import json, sys
-r = {x["label"]: x for x in map(json.loads, open(sys.argv[1]))}
-one, a, b = r["one-server"]["system"], r["two-servers-a"]["system"], r["two-servers-b"]["system"]
-print(f"system fwd/s: one server {one['fwd_s']:.2f}; two servers {a['fwd_s']:.2f} + {b['fwd_s']:.2f} = "
-      f"{a['fwd_s'] + b['fwd_s']:.2f} ({(a['fwd_s'] + b['fwd_s']) / one['fwd_s']:.2f}x); "
-      f"GPU busy {one['gpu_busy']:.0f} % -> {a['gpu_busy']:.0f} %")
+r = {x["label"]: x["system"] for x in map(json.loads, open(sys.argv[1]))}
+one32, one64, a, b = r["one-server-32"], r["one-server-64"], r["two-servers-a"], r["two-servers-b"]
+two = a["fwd_s"] + b["fwd_s"]
+print(f"step-3 forwards/s: one server, 32 in flight {one32['fwd_s']:.2f} (GPU {one32['gpu_busy']:.0f} %); "
+      f"64 in flight {one64['fwd_s']:.2f} (GPU {one64['gpu_busy']:.0f} %); two servers, 32 each "
+      f"{a['fwd_s']:.2f} + {b['fwd_s']:.2f} = {two:.2f} (GPU {a['gpu_busy']:.0f} %): "
+      f"{two / one64['fwd_s']:.2f}x one server at the same 64 in flight")
 PY
-    ;;
+}
+
+case "${1:?start|measure|all}" in
+  start) start ;;
+  measure) measure "${2:?OUTDIR}" ;;
+  all) out=${2:?OUTDIR}; start && measure "$out"; echo DONE ;;
   help|-h|--help) sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
-  *) echo "start|measure" >&2; exit 2 ;;
+  *) echo "start|measure OUTDIR|all OUTDIR" >&2; exit 2 ;;
 esac

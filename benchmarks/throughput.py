@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing as mp
+import os
 import resource
 import shutil
 import subprocess
@@ -117,7 +118,7 @@ def system(
     gpu: GpuSampler,
 ) -> dict[str, float]:
     redis_url = procs.redis(free_port(), root.parent / "redis")
-    results = root / "results" / f"bench-step{step}-{int(time.time())}"
+    results = root / "results" / f"bench-step{step}-{int(time.time())}-{os.getpid()}"  # two benches at once: two roots
     common = ["--root", str(root), "--results", str(results), "--redis-url", redis_url]
     store = Store(results, P.fingerprint, P.model_dump(mode="json"))
     store.claim()
