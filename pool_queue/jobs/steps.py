@@ -129,4 +129,5 @@ def show(con: Console, done: Produced, queue: str, redis: str) -> None:
             "--retry-failed runs them again[/]"
         )
     if done.items:
-        con.print(f"enqueued {done.items} items as {counted(done.jobs, 'job')} on {queue} in {done.seconds:.1f} s")
+        items, jobs = counted(done.items, "item"), counted(done.jobs, "job")
+        con.print(f"enqueued {items} as {jobs} on {queue} in {done.seconds:.1f} s")

@@ -95,7 +95,7 @@ def test_videos_missing_beyond_the_manifest_are_refused_unless_meant_to_be_missi
     meant = run("pool-enqueue", "--step", "2", "--allow-missing-frames", *flags)
     assert meant.returncode == 0 and "screened without them: --allow-missing-frames" in meant.stderr, meant.stderr
     short = len(survivors) - len(bare) - sum(it["video_id"].startswith("k:") for it in survivors)
-    assert f"enqueued {short} items as " in meant.stderr, meant.stderr
+    assert f"enqueued {short:,} items as " in meant.stderr, meant.stderr
     again = run("pool-enqueue", "--step", "2", *flags, env={"POOL_ALLOW_MISSING_FRAMES": "1"})  # the setting
     assert again.returncode == 0 and "REMAINING_TOTAL=" in again.stdout, again.stderr
 
