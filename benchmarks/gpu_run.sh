@@ -104,7 +104,9 @@ pair() {  # NAME: step 3 by two launchers on the one GPU at once, each on half t
   wait "${pids[@]}"
   meters stop
   POOL_LOGS=$WORK/$name/logs-0 collect "$name"
-  cp "$WORK/$name"/logs-1/*.log "$WORK/$name/" 2>/dev/null
+  for f in "$WORK/$name"/logs-1/*.log; do  # the second launcher's logs have the first's names
+    [ -e "$f" ] && cp "$f" "$WORK/$name/$(basename "$f" .log)-b.log"
+  done
 }
 
 fresh() {  # NAME FROM: a results root of its own, FROM's steps 1-2 and no step 3
