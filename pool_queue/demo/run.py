@@ -27,7 +27,7 @@ from ..observe.markdown import write_report
 from ..observe.report import step_report
 from ..proc.hostlock import hold
 from ..proc.procs import Procs, free_port, wait_health
-from ..proc.progress import console, duration
+from ..proc.progress import busy_time, console, duration
 from ..protocol import Protocol
 from ..settings import DEMO_ENV_MARK, default_results, demo_env_root, load_settings, redis_data
 from ..store.store import Store
@@ -142,7 +142,7 @@ def run_demo(demo: Demo, con: Console) -> None:
     for step in sorted(protocol.steps):
         rep = step_report(step, store, item_set)  # the report's numbers: its items done, its items/s while working
         rate = "-" if rep.items_per_s is None else f"{rep.items_per_s:.1f}"
-        t.add_row(str(step), str(rep.done), str(rep.n_removed), str(rep.n_errors), duration(rep.wall_s), rate)
+        t.add_row(str(step), str(rep.done), str(rep.n_removed), str(rep.n_errors), busy_time(rep.wall_s), rate)
     con.print(t)
     frames = demo.root / "frames" / "pool_frames"
     for line in frameless_notes(protocol, item_set.items, store, frames):

@@ -8,7 +8,7 @@ from pathlib import Path
 from ..cli import output_dir
 from ..inputs.items import ItemSet
 from ..jobs.plan import frameless_notes
-from ..proc.progress import duration
+from ..proc.progress import busy_time
 from ..protocol import Protocol
 from ..store.store import Store
 from ..text import printable
@@ -65,8 +65,8 @@ def markdown(
         rate = "-" if rep.items_per_s is None else f"{rep.items_per_s:.1f}"
         hit = cache[step].rate if step in cache else None
         hits = f"{100 * hit:.1f} %" if hit is not None else "-"
-        rows.append([step, f"{rep.done:,}", f"{rep.n_removed:,}", f"{rep.n_errors:,}", ex or "-", duration(rep.wall_s)])
-        rows[-1] += [rate, hits]
+        counts = [f"{rep.done:,}", f"{rep.n_removed:,}", f"{rep.n_errors:,}"]
+        rows.append([step, *counts, ex or "-", busy_time(rep.wall_s), rate, hits])
     head = ["step", "items done", "removed", "error rows", "example error ids", "wall", "items/s", "prefix-cache hits"]
     md += _table(head, rows)
     md += [
@@ -78,7 +78,7 @@ def markdown(
     ]
     md += [*(f"{n}  " for n in notes), ""] if notes else []
     rows = [
-        [s, gpu, servers, f"{n:,}", duration(w), f"{n / w:.1f}" if w else "-"]
+        [s, gpu, servers, f"{n:,}", busy_time(w), f"{n / w:.1f}" if w else "-"]
         for s, r in reps.items()
         for gpu, servers, n, w in r.per_gpu
     ]

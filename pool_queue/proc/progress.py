@@ -34,6 +34,13 @@ def duration(span_s: float | None) -> str:
     return f"{span_s // 60}m {span_s % 60:02d}s"
 
 
+def busy_time(span_s: float) -> str:
+    """A step's time at work, as a table beside its items/s shows it: under a minute in seconds with one
+    decimal (`0.8 s`: a small pool's step takes less than a second, and `0m 00s` beside its rate reads as a
+    contradiction), longer as `duration` says it."""
+    return f"{span_s:.1f} s" if span_s < 60 else duration(span_s)
+
+
 @contextmanager
 def _progress(
     label: str, total: int, show: bool, amount: tuple[ProgressColumn, ...]

@@ -21,7 +21,7 @@ from pool_queue.inputs.items import load_items
 from pool_queue.jobs.queue import screen_of
 from pool_queue.observe.report import all_steps, by_benchmark, step_report
 from pool_queue.proc.procs import free_port, wait_health
-from pool_queue.proc.progress import duration
+from pool_queue.proc.progress import busy_time
 from pool_queue.protocol import Protocol
 from pool_queue.rows import ROW_SCHEMA
 from pool_queue.settings import load_settings
@@ -161,7 +161,7 @@ def test_demo_runs_the_whole_screen(tmp_path, monkeypatch):
         tmp_path / "demo" / "items"))  # fmt: skip
     rate, summary = f"{rep.rows.num_rows / rep.wall_s:.1f}", out.stdout.split("demo screen of", 1)[1]
     assert f"| {rate} |" in report and f" {rate} " in summary
-    assert f"| {duration(rep.wall_s)} |" in report and f" {duration(rep.wall_s)} " in summary  # one format
+    assert f"| {busy_time(rep.wall_s)} |" in report and f" {busy_time(rep.wall_s)} " in summary  # one format
 
 
 @pytest.mark.slow

@@ -33,6 +33,7 @@ from pool_queue.inputs.frames import frame_videos, prepare_jpeg
 from pool_queue.inputs.items import load_items
 from pool_queue.jobs.plan import eligible, next_step_ids
 from pool_queue.observe.presence import HoldNews, RateWindow, WorkerSnapshot, publish
+from pool_queue.proc.progress import busy_time, duration
 from pool_queue.store.store import Store
 from pool_queue.text import counted, steps_label
 
@@ -182,3 +183,8 @@ def test_a_launcher_says_each_hold_line_once_in_order_even_those_said_between_tw
         "w.host.1: disk full: held",
         "w.host.1: exited; it was held when last seen (disk full)",
     ]
+
+
+def test_a_steps_busy_time_reads_below_a_minute_in_tenths_of_a_second():
+    assert [busy_time(s) for s in (0.0, 0.84, 59.94, 60.0, 125.0)] == ["0.0 s", "0.8 s", "59.9 s", "1m 00s", "2m 05s"]
+    assert [duration(s) for s in (0.84, 125.0)] == ["0m 00s", "2m 05s"]  # a status line keeps its own form
