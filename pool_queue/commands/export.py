@@ -13,7 +13,7 @@ from pathlib import Path
 from ..cli import exe, fail, load_protocol, output_dir, parser, reports_errors
 from ..cli import settings as cli_settings
 from ..store.export import PARQUET, export
-from ..store.store import STAMP, Store
+from ..store.store import Store
 
 
 @reports_errors
@@ -25,16 +25,9 @@ def main(argv: list[str] | None = None) -> None:
     protocol = load_protocol(settings)
     if args.out.resolve() == settings.results_dir.resolve():
         fail("--out must differ from the results root")
-    if not (settings.results_dir / STAMP).is_file():
-        fail(
-            f"no results to export: {settings.results_dir} ({settings.results_named()}) holds no screen "
-            "(check --root / --results)"
-        )
-    counts = export(
-        Store(settings.results_dir, protocol.fingerprint, named=settings.results_named()),
-        sorted(protocol.steps),
-        output_dir(args.out),
-    )
+    store = Store(settings.results_dir, protocol.fingerprint, named=settings.results_named())
+    store.require_screen("export")
+    counts = export(store, sorted(protocol.steps), output_dir(args.out))
     for step, n in counts.items():
         print(f"step {step}: {n} rows -> {args.out}/{PARQUET}/step{step}.parquet, "
               f"{args.out}/results/pool/step{step}/step{step}.jsonl")  # fmt: skip

@@ -208,6 +208,8 @@ def main(argv: list[str] | None = None) -> None:
     settings = cli_settings(args)
     protocol = load_protocol(settings)
     store = Store(settings.results_dir, protocol.fingerprint, named=settings.results_named())
+    if settings.origin("results") is not None and not store.root.exists():  # a typo would read as nothing done
+        store.require_screen("show")
     store.check_stamp()
     items = load_items(settings.items_dir)
     conn = settings.redis()

@@ -91,6 +91,17 @@ class Store:
             finally:
                 tmp.unlink()
 
+    def require_screen(self, doing: str) -> None:
+        """Refuse a root that holds no screen for a command that reads one (`doing`: "report", "export"): a
+        mistyped --results would otherwise read as an empty screen, and a report written from it would
+        replace the real one."""
+        if (self.root / STAMP).is_file():
+            self.check_stamp()
+            return
+        what = "holds no screen" if self.root.is_dir() else "does not exist"
+        raise StoreError(f"nothing to {doing}: results folder {self.root} ({self.named}) {what} "
+                         "(check --root / --results)")  # fmt: skip
+
     def screen_token(self) -> str | None:
         """A token made once with the stamp (None before anything stamped the root): the queue names its
         screen after it, so every mount of one root (container or host) is one screen."""

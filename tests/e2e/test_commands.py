@@ -295,8 +295,28 @@ def test_a_root_that_does_not_exist_is_refused_and_nothing_is_written(tmp_path):
                        capture_output=True, text=True, timeout=60)  # fmt: skip
     x = subprocess.run([str(bin_ / "pool-export"), "--root", str(missing), "--out", str(tmp_path / "out")],
                        capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert x.returncode == 2 and "no results to export" in x.stderr and not (tmp_path / "out").exists(), x.stderr
+    assert x.returncode == 2 and "nothing to export" in x.stderr and not (tmp_path / "out").exists(), x.stderr
     assert w.returncode != 0 and not missing.exists(), w.stderr[-500:]
+
+
+def test_a_mistyped_results_folder_is_refused_by_every_command_that_reads_one_and_the_report_stays(pool_root):
+    """A --results that names no screen is one line and exit 2 for each reader, before anything is written:
+    pool-report would replace the real report with an empty one, pool-status would show every item left."""
+    bin_, env = Path(sys.executable).parent, {**os.environ, "POOL_ENV_FILE": ""}
+    Store(pool_root / "results" / "pool", Protocol().fingerprint).claim()  # a real (empty) screen
+    ok = subprocess.run([str(bin_ / "pool-report"), "--root", str(pool_root)], capture_output=True, text=True,
+                        timeout=120, env=env)  # fmt: skip
+    report = pool_root / "results" / "report" / "report.md"
+    assert ok.returncode == 0 and report.is_file(), ok.stderr
+    before = report.read_bytes()
+    typo = pool_root / "results" / "pol"
+    for cmd, doing in (("pool-report", "report"), ("pool-status", "show"), ("pool-export", "export")):
+        extra = ["--out", str(pool_root.parent / "out")] if cmd == "pool-export" else []
+        out = subprocess.run([str(bin_ / cmd), "--root", str(pool_root), "--results", str(typo), *extra],
+                             capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+        said = f"error: nothing to {doing}: results folder {typo} (--results) does not exist (check --root / --results)"
+        assert (out.returncode, out.stderr.strip(), out.stdout) == (2, said, ""), (cmd, out.stderr)
+    assert report.read_bytes() == before and not typo.exists() and not (pool_root.parent / "out").exists()
 
 
 def _export_reads_as_one_table(root: Path, out: Path) -> None:
