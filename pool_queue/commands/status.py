@@ -63,8 +63,12 @@ def rates_line(st: RunStatus) -> str:
 
 
 def eta(step: StepStatus) -> str:
+    """The step's ETA; `?` while Redis does not answer: whether any worker still takes the step is unknown,
+    and the last rows' rate would count down for a screen that stopped."""
     if step.eligible and not step.remaining:
         return "done"
+    if step.workers is None:
+        return "?"
     return "no workers" if idle(step) else duration(step.eta_s)
 
 
@@ -136,6 +140,10 @@ def render(st: RunStatus) -> Group:
         for v in st.servers:
             engines.add_row(v.server, ",".join(map(str, v.steps)), *engine_cells(v.engine))
         parts.append(engines)
+    if unread := sorted({w.server for w in st.workers} - {v.server for v in st.servers}):
+        said = (f"no engine view of {', '.join(unread)} yet: none of its workers has reported a read of its /metrics "
+                "(none comes where a server exports no request counts)")  # fmt: skip
+        parts.append(Text(said, overflow="fold"))
     parts += [Text(f"{w.name} takes no work: {w.held}", overflow="fold") for w in st.workers if w.held]
     parts += [Text(f"last error of {w.name}: {w.last_error}", overflow="fold") for w in st.workers if w.last_error]
     return Group(*parts)

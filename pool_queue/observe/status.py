@@ -48,7 +48,7 @@ class StepStatus(BaseModel):
     items_per_s_1m: float  # the step's rows finished in the last minute (or since its first row), pauses included
     items_per_s_5m: float  # the same over five minutes: the ETA's rate
     items_per_s_working: float | None = None  # over the step's busy time: pool-report's items/s (report.working_rate)
-    eta_s: float | None  # remaining / the 5-minute rate; None when nothing moves or no worker takes the step
+    eta_s: float | None  # remaining / the 5-minute rate; None when nothing moves or no worker is known to take it
     workers: int | None = None  # live workers taking this step (None: Redis unreachable)
     prefix_cache_hit_rate: float | None = None  # vLLM's, over the step's prompt tokens (prefix_cache.py)
 
@@ -166,7 +166,7 @@ class StatusReader:
         rates = [_count(pc.greater_equal(finished, now - win)) / _span(finished, now, win) for win in WINDOWS_S]
         upper = len(reachable(self.protocol, step, self.items.items, self.store, self.frames_dir)) if open_before else 0
         remaining = max(upper, len(elig)) - done
-        moving = rates[1] > 0 and remaining and workers != 0
+        moving = rates[1] > 0 and remaining and workers  # no ETA while no worker, or none known (Redis away)
         bare = frameless(self.protocol, step, self.items.items, self.store, self.frames_dir)
         return StepStatus(
             step=step,

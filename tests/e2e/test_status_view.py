@@ -41,6 +41,7 @@ def _status() -> RunStatus:
             items_per_s_1m=1234.5,
             items_per_s_5m=1111.1,
             eta_s=158.4 * 3600,
+            workers=2,
             prefix_cache_hit_rate=0.634,
         )
         for s in (1, 2, 3)
@@ -123,6 +124,20 @@ def test_with_no_live_worker_the_eta_says_so_instead_of_counting_down():
     assert max(len(line) for line in text.splitlines()) <= 80 and "step 3: work left and no workers, so no ETA" in text
 
 
+def test_with_redis_away_the_eta_is_unknown_not_a_count_down_of_the_last_rate():
+    """A stopped screen's last rows keep a 5-minute rate; with Redis away no worker is known to take the step."""
+    st = _status()
+    st.redis_error = "127.0.0.1:6379: Connection refused"
+    st.workers = []
+    st.steps = [s.model_copy(update={"workers": None}) for s in st.steps]
+    st.steps[0] = st.steps[0].model_copy(update={"remaining": 0, "done": 299_366})
+    lines = plain_lines(st).splitlines()
+    assert ["ETA done" in lines[0], "ETA ?" in lines[1], "ETA ?" in lines[2]] == [True] * 3, lines
+    con = Console(width=80, record=True, force_terminal=False)
+    con.print(render(st))
+    assert "6d 14h" not in con.export_text()
+
+
 @pytest.mark.slow
 def test_rq_shows_a_worker_busy_while_it_holds_jobs_and_idle_once_it_holds_none(stack):
     """RQ's view of our worker (`rq info`, rq-dashboard: `Worker.all()`) follows its jobs, not its heartbeats:
@@ -202,3 +217,17 @@ def test_a_worker_that_redis_lost_is_listed_by_rq_again(stack):
         assert time.monotonic() < deadline + 60, stack.log("w")
         time.sleep(0.1)
     assert [w.name.split(".")[0] for w in listed] == ["w"] and listed[0].birth_date is not None, listed
+
+
+def test_a_server_whose_engine_is_not_read_yet_is_named_under_the_engines():
+    st = _status()
+    con = Console(width=80, record=True, force_terminal=False)
+    con.print(render(st))
+    assert "no engine view" not in con.export_text()  # its one server is in the table
+    other = st.workers[0].model_copy(update={"server": "http://10.0.12.35:8000", "engine": None})
+    st.workers.append(other)
+    con = Console(width=200, record=True, force_terminal=False)
+    con.print(render(st))
+    assert "no engine view of http://10.0.12.35:8000 yet: none of its workers has reported a read of its /metrics" in (
+        con.export_text()
+    )

@@ -7,12 +7,14 @@ import httpx
 import orjson
 import pytest
 from craft import P, items_of, row, valid_store, write
+from redis import Redis
 
 from pool_queue.inputs.items import load_items
 from pool_queue.observe.audit import run_audit
 from pool_queue.observe.markdown import PLOTS, write_report
 from pool_queue.observe.report import all_steps, chance_floor, flags
 from pool_queue.observe.status import StatusReader
+from pool_queue.proc.procs import free_port
 from pool_queue.store.store import Store
 
 
@@ -125,6 +127,8 @@ def test_status_metrics_report_audit_on_a_half_finished_run(stack, pool_root, tm
     for step in st.steps:  # with no worker running, every eligible item is done or waits in a job
         assert step.done + step.queued_items == step.eligible, step
         assert step.running_items == 0 and step.workers == 0 and step.eta_s is None, step  # no worker: no countdown
+    away = StatusReader(items, stack.store, pool_root / "frames" / "pool_frames", Redis(port=free_port()), P).read()
+    assert away.redis_error and [(s.workers, s.eta_s) for s in away.steps] == [(None, None)] * 3  # none known
     s1 = st.steps[0]
     assert s1.remaining == s1.eligible - s1.done  # the first step: nothing can still come
     assert all(s.remaining > s.eligible - s.done for s in st.steps[1:])  # an upper bound while step 1 runs
