@@ -7,7 +7,9 @@ names so existing habits (`STEP=1 NGPU=2 bash run_remote.sh`) carry over; our ow
 
 from __future__ import annotations
 
+import difflib
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,10 +17,12 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from dotenv import dotenv_values
+from dotenv.parser import parse_stream
 from pydantic import AliasChoices, Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from redis import Redis
 
+from .errors import SetupError
 from .proc.hostlock import is_held
 
 DEMO_ENV_MARK = "# written by pool-demo: bare pool-* commands in this folder find the demo; delete it to stop that\n"
@@ -206,6 +210,15 @@ class Settings(BaseSettings):
             return str(src)
         root = self.origin("root")
         return "the default under the package root" + (f", {root}" if root else "")
+
+    def root_named(self) -> str:
+        """How the package root in force was chosen, for an error that names it: its flag or variable (and the
+        `.env` file that holds it), else the default's rule, so a user in the wrong folder learns why."""
+        if (src := self.origin("root")) is not None:
+            return str(src)
+        if self.root == Path("."):
+            return "the default: this folder, as it holds items/"
+        return f"the default, ./{self.root}, as this folder holds no items/: run from the package root, or give --root"
 
     def redis_said(self) -> str:
         """The Redis address for a message; where it was read from a file, that file too (a `.env` a demo
@@ -411,6 +424,42 @@ def env_file() -> str | None:
     return os.environ.get("POOL_ENV_FILE", ".env") or None
 
 
+# POOL_ variables that are not settings: read by the deployment (compose, the Slurm job, the images), by
+# `load_settings` itself, or by the test suite and its tools (docs/testing.md)
+OTHER_VARIABLES = frozenset({
+    "POOL_DIR", "POOL_IMAGE", "POOL_SIM", "POOL_KEEP_RUNNING",  # docker-compose.yml, deploy/
+    "POOL_ENV_FILE",
+    "POOL_VLLM_PYTHON", "POOL_RECORD", "POOL_REQUIRE_DOCKER",  # the test suite
+})  # fmt: skip
+_warned: set[tuple[str, str]] = set()  # (name, where) said already
+
+
+def check_env(path: str | None) -> None:
+    """Refuse an env file line that is not NAME=VALUE (python-dotenv would skip it with a warning that names
+    no file, and the setting it meant to give would silently be its default), and warn once per process of
+    each POOL_ variable, in that file or the environment, that no setting reads: a misspelt name
+    (POOL_RUUT) is otherwise ignored without a word."""
+    given = [(name, "in the environment") for name in os.environ]
+    if path and os.path.isfile(path):
+        shown = os.path.abspath(path)
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for b in parse_stream(f):
+                text = b.original.string.strip()
+                if b.error or (b.key is not None and not b.key.isidentifier()):
+                    raise SetupError(f"{shown}, line {b.original.line}: {text[:80]!r} is not NAME=VALUE: fix or "
+                                     "delete that line")  # fmt: skip
+                if b.key is not None:
+                    given.append((b.key, f"in {shown}"))
+    known = {name for field in Settings.model_fields for name in env_names(field)} | OTHER_VARIABLES
+    for name, where in given:
+        if not name.startswith("POOL_") or name in known or (name, where) in _warned:
+            continue
+        _warned.add((name, where))
+        near = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        print(f"warning: {name} {where} is read by no pool-* command{hint}", file=sys.stderr)
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Settings from env/.env with command-line overrides; flags left unset (None) do not override.
     POOL_ENV_FILE names another env file ("" reads none: the test suite, so a demo's .env cannot leak in).
@@ -419,6 +468,7 @@ def load_settings(**overrides: Any) -> Settings:
     (a flag over the environment over the `.env` file), so `--root B` never screens against the store
     that a `.env` left for root A."""
     given = {k: v for k, v in overrides.items() if v is not None}
+    check_env(env_file())
     settings = Settings(_env_file=env_file(), **given)  # type: ignore[call-arg]
     if settings.results is not None and _explicitness("results", given) < _explicitness("root", given):
         settings = settings.model_copy(update={"results": None})

@@ -116,7 +116,7 @@ async def _main(argv: list[str] | None) -> int:
     wait_server_s, wait_redis_s = (min(wait_s, BURST_WAIT_S) if args.burst else wait_s for wait_s in waits_s)
     protocol = load_protocol(settings)
     # the inputs and the password first: a wrong root or password fails at once, before any wait or write
-    items = load_items(settings.items_dir)
+    items = load_items(settings.items_dir, settings.root_named())
     store = Store(
         settings.results_dir, protocol.fingerprint, protocol.model_dump(mode="json"), settings.results_named()
     )

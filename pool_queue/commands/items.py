@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--show", type=number(int, 0), default=50, help="rejected rows to print (default 50)")
     args = p.parse_args(argv)
     settings = cli_settings(args)
-    items = load_items(settings.items_dir)
+    items = load_items(settings.items_dir, settings.root_named())
     con = Console()
     per_bench = items.items.group_by("benchmark").aggregate([("item_id", "count")]).sort_by("benchmark")
     t = Table(

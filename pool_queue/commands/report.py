@@ -27,5 +27,6 @@ def main(argv: list[str] | None = None) -> None:
     store = Store(settings.results_dir, protocol.fingerprint, named=settings.results_named())
     out = args.out or settings.results_dir.parent / "report"
     store.require_screen("report")
-    path = write_report(store, load_items(settings.items_dir), protocol, out, settings.frames_dir)
+    items = load_items(settings.items_dir, settings.root_named())
+    path = write_report(store, items, protocol, out, settings.frames_dir)
     print(f"report: {path} (+ {', '.join(PLOTS)})")

@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> None:
     if settings.origin("results") is not None and not store.root.exists():  # a typo would read as nothing done
         store.require_screen("show")
     store.check_stamp()
-    items = load_items(settings.items_dir)
+    items = load_items(settings.items_dir, settings.root_named())
     conn = settings.redis()
     reader = StatusReader(items, store, settings.frames_dir, conn, protocol, probe_health=not args.no_health)
 

@@ -90,11 +90,12 @@ class ItemSet:
         return {k: i for i, k in enumerate(self.items.column("item_id").to_pylist())}
 
 
-def item_files(items_dir: Path) -> list[Path]:
+def item_files(items_dir: Path, root_named: str = "") -> list[Path]:
     """The item tables of a folder: suffixes matched without case (`X.JSONL`), and a `*.parquet` folder
-    (a partitioned dataset) as one table. Anything else with one of these suffixes is refused by name."""
+    (a partitioned dataset) as one table. Anything else with one of these suffixes is refused by name.
+    `root_named`: how the package root was chosen (Settings.root_named), said when the folder is missing."""
     if not items_dir.is_dir():
-        raise ItemsError(f"items folder {items_dir} does not exist")
+        raise ItemsError(f"items folder {items_dir} does not exist" + (f" (root: {root_named})" if root_named else ""))
     files = []
     for p in sorted(items_dir.iterdir()):
         kind = _kind(p)
@@ -464,10 +465,10 @@ def _canonical(path: Path, t: pa.Table) -> pa.Table:
     return pa.table(cols, schema=RAW_SCHEMA)
 
 
-def load_items(items_dir: Path) -> ItemSet:
+def load_items(items_dir: Path, root_named: str = "") -> ItemSet:
     """All item tables of a folder, validated together (an id duplicated across files is rejected)."""
     tables, read_errors = [], []
-    for path in item_files(items_dir):
+    for path in item_files(items_dir, root_named):
         t, bad = _read(path)
         if t.num_rows or not bad.num_rows:  # a file whose every line is bad is reported by its lines' reasons
             tables.append(_canonical(path, t))

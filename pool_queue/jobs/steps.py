@@ -40,7 +40,7 @@ def run_steps(
         settings.results_dir, protocol.fingerprint, protocol.model_dump(mode="json"), settings.results_named()
     )
     store.check_stamp()
-    items = load_items(settings.items_dir)
+    items = load_items(settings.items_dir, settings.root_named())
     if not frames_checked:
         check_frames(settings, protocol, steps, plan_only, items, store)
     if not plan_only:
@@ -73,7 +73,7 @@ def check_frames(
     """Steps with frames only with the frame cache they need (`plan.frames_refusal`): else one line naming the
     cache and the commands that fill it (InputError: exit 2), before anything is claimed, queued or started.
     A plan, or a screen told that the videos are meant to be missing, says the same as a warning and goes on."""
-    items = items or load_items(settings.items_dir)
+    items = items or load_items(settings.items_dir, settings.root_named())
     store = store or Store(settings.results_dir, protocol.fingerprint)
     why = frames_refusal(protocol, steps, items.items, store, settings.frames_dir, settings.frames_tar_dir)
     if why is None:

@@ -230,6 +230,6 @@ def audit_results(settings: Settings, complete: bool = False) -> Audit:
     if not settings.results_dir.is_dir():
         what = "is a file, not a folder" if settings.results_dir.exists() else "does not exist"
         fail(f"results folder {settings.results_dir} ({settings.results_named()}) {what}")
-    items = load_items(settings.items_dir)
+    items = load_items(settings.items_dir, settings.root_named())
     return run_audit(settings.results_dir, load_protocol(settings), items, settings.frames_dir, complete=complete,
                      tar_dir=settings.frames_tar_dir, allow_missing_frames=settings.allow_missing_frames)  # fmt: skip

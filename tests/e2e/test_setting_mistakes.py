@@ -101,6 +101,31 @@ def test_a_bad_setting_in_the_env_file_is_named_with_that_file(tmp_path):
     assert line.startswith(f"error: setting POOL_CHUNK_SIZE from {tmp_path / '.env'}: "), line
 
 
+def test_an_env_file_line_that_is_not_name_value_is_one_line_naming_the_file_and_line(tmp_path):
+    (tmp_path / ".env").write_text("# mine\nREDIS_URL=redis://127.0.0.1:9/0\nPOOL_ROOT pool\n")
+    line = one_line(run("pool-status", cwd=tmp_path))
+    assert line == f"error: {tmp_path / '.env'}, line 3: 'POOL_ROOT pool' is not NAME=VALUE: fix or delete that line"
+
+
+def test_a_misspelt_pool_variable_is_named_once_with_the_setting_it_resembles(pool_root, tmp_path):
+    """In the `.env` file or the environment; the command goes on (the variable may be the user's own), and
+    the folder it reads from names where its root came from."""
+    (tmp_path / ".env").write_text(f"POOL_RUUT={pool_root}\nPOOL_MAX_SEQS=8\nPOOL_DIR=/x\n")
+    out = run("pool-items", cwd=tmp_path, env={"POOL_CHUNK_SIZ": "64"})
+    env = tmp_path / ".env"
+    assert out.stderr.splitlines() == [
+        "warning: POOL_CHUNK_SIZ in the environment is read by no pool-* command (did you mean POOL_CHUNK_SIZE?)",
+        f"warning: POOL_RUUT in {env} is read by no pool-* command (did you mean POOL_ROOT?)",
+        "error: items folder pool/items does not exist (root: the default, ./pool, as this folder holds no items/: "
+        "run from the package root, or give --root)",
+    ], out.stderr
+    (tmp_path / ".env").write_text(f"POOL_ROOT={tmp_path / 'gone'}\n")
+    line = one_line(run("pool-items", cwd=tmp_path))
+    assert line == f"error: items folder {tmp_path / 'gone' / 'items'} does not exist (root: POOL_ROOT from {env})"
+    (tmp_path / ".env").write_text(f"POOL_ROOT={pool_root}\n")
+    assert run("pool-items", cwd=tmp_path).stderr == ""  # every name known: not a word
+
+
 @contextmanager
 def demo_running(root: Path) -> Iterator[None]:
     """pool-demo's lock on `root` held by a live process, as a running demo holds it."""
