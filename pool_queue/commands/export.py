@@ -28,7 +28,8 @@ def main(argv: list[str] | None = None) -> None:
     store = Store(settings.results_dir, protocol.fingerprint, named=settings.results_named())
     store.require_screen("export")
     counts = export(store, sorted(protocol.steps), output_dir(args.out))
-    for step, n in counts.items():
-        print(f"step {step}: {n} rows -> {args.out}/{PARQUET}/step{step}.parquet, "
+    for step, (n, before) in counts.items():
+        was = "" if before is None else f" (replacing an earlier export's {before:,})"
+        print(f"step {step}: {n:,} rows{was} -> {args.out}/{PARQUET}/step{step}.parquet, "
               f"{args.out}/results/pool/step{step}/step{step}.jsonl")  # fmt: skip
     print(f"all steps as one table: {exe('duckdb')} -c \"select * from '{args.out}/{PARQUET}/*.parquet'\"")

@@ -143,6 +143,11 @@ def test_demo_runs_the_whole_screen(tmp_path, monkeypatch):
     done = subprocess.run(["bash", "-c", query], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=fresh)
     assert done.returncode == 0 and "item_id" in done.stdout, (query, done.stderr[-2000:])
     _export_reads_as_one_table(tmp_path / "demo", tmp_path / "export")
+    assert "replacing" not in export.stdout  # a first export replaces nothing
+    again = run("pool-export", "--out", "export")  # the same store again: each step says what it replaced
+    n1 = len(lines)
+    assert again.returncode == 0 and f"step 1: {n1:,} rows (replacing an earlier export's {n1:,}) -> " in again.stdout
+    assert not list((tmp_path / "export").rglob(".*.part"))  # written aside, then renamed over the old files
     # streamed BATCH rows at a time, whatever the pool's size: a few rows a batch give the same export
     monkeypatch.setattr(store_export, "BATCH", 7)
     store_export.export(Store(tmp_path / "demo" / "results" / "pool", Protocol().fingerprint), [1, 2, 3],
