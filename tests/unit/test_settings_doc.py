@@ -3,6 +3,7 @@ the page current, a secret's default never written, each flag a command's own --
 
 from __future__ import annotations
 
+import re
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from pool_queue.settings import Settings
+from pool_queue.settings import OTHER_VARIABLES, Settings, env_names
 from pool_queue.settings_doc import BEGIN, END, block, flags, main, reference_markdown, undescribed
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "deployment.md"
@@ -80,3 +81,17 @@ def test_a_page_without_the_markers_is_one_line_and_left_as_it_was(tmp_path: Pat
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no settings reference to rewrite" in err
     assert page.read_text(encoding="utf-8") == "# Title\n"
+
+
+def test_every_pool_variable_the_project_sets_or_reads_is_known_so_none_is_warned_of():
+    """The deployment's files and the code's own reads of the environment use only names that a setting or
+    OTHER_VARIABLES knows: `check_env` warns of any other POOL_ variable as a likely misspelling."""
+    root = Path(__file__).resolve().parents[2]
+    files = [root / "docker-compose.yml", root / "Makefile", root / ".ci" / "run", *(root / "deploy").rglob("*")]
+    text = "".join(f.read_text(errors="replace") for f in files if f.is_file())
+    for package in ("pool_queue", "workers", "tests"):
+        for f in sorted((root / package).rglob("*.py")):
+            text += " " + " ".join(re.findall(r"environ(?:\.get\(|\[)\"(POOL_\w+)", f.read_text()))
+    used = set(re.findall(r"\bPOOL_[A-Z0-9_]*[A-Z0-9]\b", text))
+    known = {n for field in Settings.model_fields for n in env_names(field)} | OTHER_VARIABLES
+    assert len(used) > 10 and used <= known, sorted(used - known)
