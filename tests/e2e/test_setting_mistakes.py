@@ -102,9 +102,14 @@ def test_a_bad_setting_in_the_env_file_is_named_with_that_file(tmp_path):
 
 
 def test_an_env_file_line_that_is_not_name_value_is_one_line_naming_the_file_and_line(tmp_path):
-    (tmp_path / ".env").write_text("# mine\nREDIS_URL=redis://127.0.0.1:9/0\nPOOL_ROOT pool\n")
+    """The line's first name says which it is; the rest is never shown (it may be a secret)."""
+    env = tmp_path / ".env"
+    env.write_text("# mine\nREDIS_URL=redis://127.0.0.1:9/0\nREDIS_PASSWORD hunter2\n")
     line = one_line(run("pool-status", cwd=tmp_path))
-    assert line == f"error: {tmp_path / '.env'}, line 3: 'POOL_ROOT pool' is not NAME=VALUE: fix or delete that line"
+    assert line == f"error: {env}, line 3 (it starts with REDIS_PASSWORD) is not NAME=VALUE: fix or delete that line"
+    env.write_text("POOL_ROOT=pool\n'hunter2\n")
+    line = one_line(run("pool-status", cwd=tmp_path))
+    assert line == f"error: {env}, line 2 is not NAME=VALUE: fix or delete that line"
 
 
 def test_a_misspelt_pool_variable_is_named_once_with_the_setting_it_resembles(pool_root, tmp_path):
