@@ -8,6 +8,8 @@
 #   one-server-32   server A alone, 32 forwards in flight (one worker of 32)
 #   one-server-64   server A alone, 64 in flight (two workers of 32): what a second server must beat
 #   two-servers     A and B at once, 32 in flight each (64 in all)
+# vllm_sampler.py runs throughout: per measurement, the busiest engine-core thread's share of a core (p50, p90;
+# with two servers the busier of the two cores' threads) and the GPU's median busy percent.
 # After `benchmarks/h200.sh deps` and `install`, on the GPU machine:
 #   bash benchmarks/step3_two_servers.sh start            the two servers and the pool (background servers)
 #   bash benchmarks/step3_two_servers.sh measure OUTDIR   the three measurements and one summary line
@@ -29,19 +31,39 @@ print(len(pool_items(Path('$ROOT'), 3, 4 * $N, real_frames=True)), 'items in $RO
   for p in 8002 8003; do $H wait "$p" "${WAIT:-600}"; done
 }
 
+phase() {  # LABEL: the span of the measurement that follows, for the sampler's lines
+  echo "$1 $(date +%s.%N)" >> "$out/phases.txt"
+}
+
 measure() {
-  local out=$1
+  out=$1
   mkdir -p "$out"
+  python3 benchmarks/vllm_sampler.py "$out/samples.txt" &
+  local sampler=$!
+  phase one-server-32
   $H bench 3 8002 "${RUN[@]}" --workers 1 --inflight 32 --label one-server-32 --out "$out/throughput.jsonl"
+  phase one-server-64
   $H bench 3 8002 "${RUN[@]}" --skip "$N" --workers 2 --inflight 32 --label one-server-64 --out "$out/throughput.jsonl"
+  phase two-servers
   $H bench 3 8002 "${RUN[@]}" --skip $((2 * N)) --workers 1 --inflight 32 --label two-servers-a \
     --out "$out/throughput.jsonl" > "$out/a.txt" &
+  local a=$!
   $H bench 3 8003 "${RUN[@]}" --skip $((3 * N)) --workers 1 --inflight 32 --label two-servers-b \
     --out "$out/throughput.jsonl" > "$out/b.txt"
-  wait
+  wait "$a"
+  phase end
+  kill "$sampler"
   cat "$out/a.txt" "$out/b.txt"
-  python3 - "$out/throughput.jsonl" <<'PY'
-import json, sys
+  python3 - "$out/throughput.jsonl" "$out/phases.txt" "$out/samples.txt" <<'PY'
+import json, statistics, sys
+spans = [line.split() for line in open(sys.argv[2])]
+samples = [tuple(map(float, line.split())) for line in open(sys.argv[3]) if len(line.split()) == 5]
+for (label, t0), (_, t1) in zip(spans, spans[1:]):  # the busiest engine-core thread (share of a core), GPU busy
+    top = sorted(s[4] for s in samples if float(t0) + 5 <= s[0] <= float(t1))
+    gpu = [s[3] for s in samples if float(t0) + 5 <= s[0] <= float(t1)]
+    if top:
+        print(f"{label}: busiest engine-core thread p50 {top[len(top) // 2]:.2f} p90 {top[int(len(top) * 0.9)]:.2f} "
+              f"of a core; GPU busy median {statistics.median(gpu):.0f} % over {len(top)} s")
 r = {x["label"]: x["system"] for x in map(json.loads, open(sys.argv[1]))}
 one32, one64, a, b = r["one-server-32"], r["one-server-64"], r["two-servers-a"], r["two-servers-b"]
 two = a["fwd_s"] + b["fwd_s"]
