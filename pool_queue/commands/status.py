@@ -62,13 +62,14 @@ def rates_line(st: RunStatus) -> str:
             f"{working}")  # fmt: skip
 
 
-def eta(step: StepStatus) -> str:
-    """The step's ETA; `?` while Redis does not answer: whether any worker still takes the step is unknown,
-    and the last rows' rate would count down for a screen that stopped."""
+def eta(step: StepStatus, unknown: str = "unknown") -> str:
+    """The step's ETA; `unknown` while Redis does not answer (the table's `?`, as its queue columns say it):
+    whether any worker still takes the step is unknown, and the last rows' rate would count down for a
+    screen that stopped."""
     if step.eligible and not step.remaining:
         return "done"
     if step.workers is None:
-        return "?"
+        return unknown
     return "no workers" if idle(step) else duration(step.eta_s)
 
 
@@ -97,7 +98,7 @@ def render(st: RunStatus) -> Group:
             _n(step.queued_items),
             _n(step.running_items),
             step_rate(step),
-            "-" if idle(step) else eta(step),
+            "-" if idle(step) else eta(step, unknown="?"),
             _pct(step.prefix_cache_hit_rate),
         )
     parts: list[Table | Text | str] = [head, steps, Text(rates_line(st))]

@@ -189,6 +189,7 @@ def test_pool_status_with_redis_gone_says_so_in_lines_and_in_json(screened):
     lines = watch_lines(*down)
     assert all("queue unknown" in line and "workers ?" in line for line in lines[:3]), lines
     assert "?" not in " ".join(line.split(";")[0] for line in lines[:3]), lines  # no "queued ?, running ?"
+    assert all("ETA done" in line or "ETA unknown" in line for line in lines[:3]), lines  # no count-down
     assert any("Redis unreachable: " in line for line in lines), lines
     out = run("pool-status", "--json", "--no-health", *down)
     assert out.returncode == 0, out.stderr
