@@ -24,7 +24,9 @@ from redis import Redis
 
 from .errors import SetupError
 from .proc.hostlock import is_held
+from .text import steps_label
 
+PositiveCount = Annotated[int, Field(ge=1)]
 DEMO_ENV_MARK = "# written by pool-demo: bare pool-* commands in this folder find the demo; delete it to stop that\n"
 BURST_WAIT_S = 30.0  # how long a one-off run (`pool-worker --burst`, `pool-launch --sim`) waits for Redis or a server
 
@@ -108,11 +110,12 @@ class Settings(BaseSettings):
         le=1,
         description="vLLM --gpu-memory-utilization for a server alone on its GPU (servers sharing one split it)",
     )
-    max_seqs: int | None = Field(
+    max_seqs: Annotated[PositiveCount | dict[int, PositiveCount] | None, NoDecode] = Field(
         default=None,
         validation_alias=AliasChoices("MAX_SEQS", "POOL_MAX_SEQS"),
-        ge=1,
-        description="vLLM --max-num-seqs; default per model group from the GPU's memory (pool_queue.launch.sizing)",
+        description="vLLM --max-num-seqs: one number for every server, or per step (`3:64`, `1:256,3:64`) for the "
+        "servers of those steps' model, the others derived; default per model group from the GPU's memory "
+        "(pool_queue.launch.sizing)",
     )
     max_batched_tokens: int | Literal["derived"] | None = Field(
         default=None,
@@ -268,6 +271,31 @@ class Settings(BaseSettings):
     @classmethod
     def _redis_url(cls, v: str) -> str:
         return check_redis_url(v)
+
+    @field_validator("max_seqs", mode="before")
+    @classmethod
+    def _per_step(cls, v: Any) -> Any:
+        """`3:64` or `1:256,3:64`: a batch for the servers of the steps named; a bare number stays one for all."""
+        if not isinstance(v, str) or ":" not in v:
+            return v
+        out: dict[int, str] = {}
+        for part in filter(None, (p.strip() for p in v.split(","))):
+            step, sep, seqs = part.partition(":")
+            if not (sep and step.strip().isdigit() and int(step) >= 1):
+                raise ValueError(f"{v!r}: give one number, or STEP:NUMBER pairs such as 3:64 or 1:256,3:64")
+            out[int(step)] = seqs.strip()
+        return out
+
+    def max_seqs_for(self, steps: tuple[int, ...]) -> int | None:
+        """MAX_SEQS as set for the server of these steps' model: one number for all, or the number given for
+        one of its steps (None: derived). Two different numbers for one server's steps are one line, exit 2."""
+        if not isinstance(self.max_seqs, dict):
+            return self.max_seqs
+        given = {self.max_seqs[s] for s in steps if s in self.max_seqs}
+        if len(given) > 1:
+            raise SetupError(f"MAX_SEQS gives {steps_label(steps)}, which one server serves, different batches "
+                             f"({', '.join(map(str, sorted(given)))}): give them one")  # fmt: skip
+        return given.pop() if given else None
 
     @field_validator("servers", mode="before")
     @classmethod

@@ -68,11 +68,21 @@ def values(info: FieldInfo) -> str:
     """The kind of value and its bounds: `int ≥ 1`, `adjacent \\| serial`."""
     kinds = [_kind(t) for t in _leaves(info.annotation) if t is not type(None)]
     bounds = []
-    for m in info.metadata:
+    for m in [*info.metadata, *_bounds(info.annotation)]:
         for attr, sign in (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<")):
             if isinstance(m, getattr(annotated_types, attr.capitalize())):
                 bounds.append(f"{sign} {getattr(m, attr):g}")
     return " \\| ".join(dict.fromkeys(kinds)) + (" " + ", ".join(bounds) if bounds else "")
+
+
+def _bounds(annotation: Any) -> list[Any]:
+    """The constraints on a union's own members (`Annotated[int, Field(ge=1)] | ...`), the field's metadata aside."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        own = [m for f in annotation.__metadata__ for m in (f.metadata if isinstance(f, FieldInfo) else [f])]
+        return [*_bounds(typing.get_args(annotation)[0]), *own]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return [m for a in typing.get_args(annotation) for m in _bounds(a)]
+    return []
 
 
 def _leaves(annotation: Any) -> list[Any]:
@@ -95,6 +105,8 @@ def _kind(t: Any) -> str:
     origin = typing.get_origin(t)
     if origin in (list, frozenset):
         return "comma-separated list"
+    if origin is dict:
+        return "per step (`3:64`)"
     return {Path: "path", bool: "bool", int: "int", float: "float", str: "text"}.get(t, str(t))
 
 

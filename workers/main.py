@@ -167,7 +167,7 @@ def worker_config(
         server=server,
         steps=tuple(steps),
         # pool-launch passes the derived size
-        max_inflight=args.inflight or settings.workers or settings.max_seqs or FALLBACK_SEQS,
+        max_inflight=args.inflight or settings.workers or settings.max_seqs_for(tuple(steps)) or FALLBACK_SEQS,
         frames_dir=settings.frames_dir,
         redis=settings.redis_said(),
         wait_redis_s=wait_redis_s,

@@ -321,8 +321,8 @@ def _sizes(
     hold the model and one sequence is refused (one line, exit 2); one with room for only a small batch is
     warned about, one line each."""
     out = {
-        v.steps: size(protocol, v.steps, gib, v.util or settings.gpu_util, settings.max_seqs, settings.workers,
-                      copies=1 if v.util and many_images(protocol, v.steps) else 2)
+        v.steps: size(protocol, v.steps, gib, v.util or settings.gpu_util, settings.max_seqs_for(v.steps),
+                      settings.workers, copies=1 if v.util and many_images(protocol, v.steps) else 2)
         for v in {v.steps: v for v in servers}.values()
     }  # fmt: skip
     for sz in out.values():

@@ -308,7 +308,7 @@ def server_argv(
         "--max-logprobs", str(protocol.top_logprobs),
         "--limit-mm-per-prompt", json.dumps({"image": images, "video": 0}),
         "--max-model-len", str(MAX_MODEL_LEN),
-        "--max-num-seqs", str(settings.max_seqs or max_seqs or FALLBACK_SEQS),
+        "--max-num-seqs", str(settings.max_seqs_for(srv.steps) or max_seqs or FALLBACK_SEQS),
     ]  # fmt: skip
     if sim:
         return [*SIM_COMMAND, "--model", spec.model, *fixed]

@@ -255,13 +255,14 @@ def test_one_command_screens_every_step_on_one_gpu_and_a_step_launch_says_what_w
     waits = [line for line in part.stderr.splitlines() if "wait in Redis" in line]
     assert len(waits) == 1 and waits[0].startswith("step 3: ") and "Qwen/Qwen3-VL-2B-Instruct" in waits[0], waits
     assert "finish them with: pool-launch --step 3 --burst" in waits[0]
-    whole = launched(launch, env, pool_root)
+    whole = launched(launch, {**env, "MAX_SEQS": "1:256,3:48"}, pool_root)  # a batch per step
     assert whole.returncode == 0, whole.stderr[-3000:]
     assert "1 GPU(s), every step: steps 1,2 on Qwen/Qwen3-VL-8B-Instruct, then step 3 on Qwen" in whole.stdout
     assert "steps 1,2: REMAINING_TOTAL=0, nothing to do: Qwen/Qwen3-VL-8B-Instruct is not started" in whole.stdout
     starts = [line for line in whole.stdout.splitlines() if line.startswith("starting ")]
     assert starts == [f"starting 1 server(s): gpu0=Qwen/Qwen3-VL-2B-Instruct (step 3)@http://127.0.0.1:{base}"]
-    assert "step 3: MAX_SEQS 64, 64 in flight per server (1 x MAX_SEQS; 1 worker process)" in whole.stdout
+    assert "step 3: MAX_SEQS 48, 48 in flight per server (1 x MAX_SEQS; 1 worker process); MAX_SEQS as set" in (
+        whole.stdout)  # fmt: skip
     assert "wait in Redis" not in whole.stderr and all(f"STEP={n} REMAINING_TOTAL=0" in whole.stdout for n in (1, 2, 3))
     logs = pool_root / "logs"
     assert not (logs / "vllm_s1-2_gpu0.log").exists() and (logs / "vllm_s3_gpu0.log").exists()

@@ -165,3 +165,12 @@ def test_a_budget_that_is_neither_tokens_nor_derived_is_refused(bad, monkeypatch
     monkeypatch.setenv("MAX_BATCHED_TOKENS", bad)
     with pytest.raises(ValueError, match=f"{bad!r} is neither a number of tokens above 0 nor derived"):
         load_settings()
+
+
+def test_max_seqs_for_step_3_alone_reaches_its_server_and_no_other(tmp_path, monkeypatch):
+    monkeypatch.setenv("MAX_SEQS", "3:64")
+    s = load_settings(root=tmp_path)
+    argv, sized = argv_of(s, "0.26.0", GPUS["H100"])
+    assert flag(argv, "--max-num-seqs") == "64" and sized.max_seqs == 32  # the rule alone would give 32
+    text = server_argv(s, P, Server(0, "0", TEXT, 8001), "/snap", False, None, None, 256)
+    assert flag(text, "--max-num-seqs") == "256"  # the 8B's derived batch

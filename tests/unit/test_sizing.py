@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
+from pool_queue.errors import SetupError
 from pool_queue.launch.sizing import GIB, KV_BYTES, OVERHEAD_GIB, WEIGHTS_GIB, coserve, prompt_tokens, size
 from pool_queue.protocol import Protocol
+from pool_queue.settings import load_settings
 
 P = Protocol()
 TEXT, FRAMES = P.model_groups()  # (1, 2) on the 8B, (3,) on the 2B
@@ -79,3 +82,26 @@ def test_a_gpu_that_cannot_hold_the_model_is_refused_and_one_with_a_small_kv_cac
             assert f"leaving {max(0.0, gib * util - WEIGHTS_GIB[model] - OVERHEAD_GIB):.1f} GiB of KV cache" in line
     assert size(P, TEXT, None, 0.85).refusal is None  # memory unknown: nothing to judge by
     assert size(P, TEXT, 24.0, 0.85, max_seqs=8).refusal is not None  # a smaller batch does not make room
+
+
+def test_max_seqs_per_step_sizes_the_server_of_those_steps_and_derives_the_others(monkeypatch):
+    """`MAX_SEQS=3:64`: step 3's server batches 64 with 64 in flight (on an H100, where the rule derives 32), the
+    8B keeps its derived 256; a bare number is still one for every server."""
+    monkeypatch.setenv("POOL_ENV_FILE", "")
+    monkeypatch.setenv("MAX_SEQS", "3:64")
+    settings = load_settings()
+    assert settings.max_seqs == {3: 64} and settings.max_seqs_for(FRAMES) == 64 and settings.max_seqs_for(TEXT) is None
+    frames, text = (size(P, g, 79.1, 0.85, settings.max_seqs_for(g)) for g in (FRAMES, TEXT))
+    assert (frames.max_seqs, frames.inflight) == (64, 64) and frames.why.endswith("MAX_SEQS as set")
+    assert size(P, FRAMES, 79.1, 0.85).max_seqs == 32 and text.max_seqs == 256 and "MAX_SEQS as set" not in text.why
+    monkeypatch.setenv("MAX_SEQS", " 1:256, 3:48 ")
+    assert load_settings().max_seqs == {1: 256, 3: 48}
+    monkeypatch.setenv("MAX_SEQS", "64")
+    assert [load_settings().max_seqs_for(g) for g in (TEXT, FRAMES)] == [64, 64]
+    monkeypatch.setenv("MAX_SEQS", "1:256,2:128")  # one server serves steps 1 and 2: one batch
+    with pytest.raises(SetupError, match=r"MAX_SEQS gives steps 1,2, which one server serves, different batches"):
+        load_settings().max_seqs_for(TEXT)
+    for bad in ("3:0", "x:4", "3:", "3:abc", "0:8", "-1"):
+        monkeypatch.setenv("MAX_SEQS", bad)
+        with pytest.raises(ValidationError):
+            load_settings()
