@@ -127,7 +127,7 @@ def test_a_misspelt_pool_variable_is_named_once_with_the_setting_it_resembles(po
     (tmp_path / ".env").write_text(f"POOL_ROOT={tmp_path / 'gone'}\n")
     line = one_line(run("pool-items", cwd=tmp_path))
     assert line == f"error: items folder {tmp_path / 'gone' / 'items'} does not exist (root: POOL_ROOT from {env})"
-    (tmp_path / ".env").write_text(f"POOL_ROOT={pool_root}\n")
+    (tmp_path / ".env").write_bytes(f"\ufeffPOOL_ROOT={pool_root}\n".encode())  # an editor's byte-order mark
     assert run("pool-items", cwd=tmp_path).stderr == ""  # every name known: not a word
 
 
