@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from dotenv import dotenv_values
 from dotenv.parser import parse_stream
@@ -342,19 +342,27 @@ class Settings(BaseSettings):
 
 
 def check_redis_url(v: str) -> str:
-    """A URL that cannot be right fails at once, with what is wrong (never a traceback, never a guess)."""
+    """A URL that cannot be right fails at once, with what is wrong (never a traceback, never a guess, never
+    its password: the message shows the URL with it masked)."""
     u = urlsplit(v)
+    masked = urlunsplit(u._replace(netloc=f"{u.username or ''}:***@{u.netloc.rpartition('@')[2]}"))
+    shown = repr(masked if u.password else v)
     if u.scheme not in ("redis", "rediss", "unix"):
-        raise ValueError(f"{v!r} is not a Redis URL: write redis://HOST:PORT/DB (password in REDIS_PASSWORD)")
+        raise ValueError(f"{shown} is not a Redis URL: write redis://HOST:PORT/DB (password in REDIS_PASSWORD)")
     try:
         port = u.port
     except ValueError as e:
-        raise ValueError(f"{v!r}: bad port ({e})") from None
+        raise ValueError(f"{shown}: bad port ({str(e).replace(u.password or chr(0), '***')})") from None
     if u.scheme != "unix" and (not u.hostname or port == 0):
-        raise ValueError(f"{v!r}: needs a host (and a port from 1 to 65535)")
+        raise ValueError(f"{shown}: needs a host (and a port from 1 to 65535)")
     db = u.path.strip("/") if u.scheme != "unix" else ""
     if db and not db.isdigit():
-        raise ValueError(f"{v!r}: the database after the last / must be a number, not {db!r}")
+        raise ValueError(f"{shown}: the database after the last / must be a number, not {db!r}")
+    try:
+        # what redis-py itself refuses (an unknown query option), said in one line; no socket is opened
+        Redis.from_url(v).connection_pool.make_connection()
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{shown}: {str(e).replace(u.password or chr(0), '***')}") from None
     return v
 
 

@@ -278,18 +278,24 @@ def test_one_demo_per_root_and_after_fresh_the_fresh_run_is_the_one_resumed(tmp_
         ("http://127.0.0.1:6379/0", "is not a Redis URL"),
         ("redis://127.0.0.1:99999/0", "bad port"),
         ("redis://127.0.0.1:6379/abc", "must be a number"),
+        ("redis://:hunter2@127.0.0.1:6379/abc", "'redis://:***@127.0.0.1:6379/abc': the database"),
+        ("redis://u:hunter2@127.0.0.1:99999/0", "'redis://u:***@127.0.0.1:99999/0': bad port"),
+        ("redis://:hunter2@127.0.0.1:6379/0?foo=bar", "unexpected keyword argument 'foo'"),
     ],
 )
 @pytest.mark.slow
 def test_a_malformed_redis_url_is_one_line_and_exit_2(tmp_path, url, says):
-    """One line, naming the setting as its user gave it: the flag, or the variable that was set."""
+    """One line, naming the setting as its user gave it: the flag, or the variable that was set; a password in
+    the URL is masked, never printed."""
     status = [str(Path(sys.executable).parent / "pool-status"), "--root", str(tmp_path)]
     out = subprocess.run([*status, "--redis-url", url], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and says in out.stderr and out.stderr.count("\n") == 1, out.stderr
     assert out.stderr.startswith("error: setting --redis-url: "), out.stderr
     for var in ("REDIS_URL", "POOL_REDIS_URL"):
         out = subprocess.run(status, capture_output=True, text=True, timeout=60, env={**os.environ, var: url})
-        assert out.returncode == 2 and out.stderr.startswith(f"error: setting {var}: {url!r}"), out.stderr
+        shown = url.replace("hunter2", "***")
+        assert out.returncode == 2 and out.stderr.startswith(f"error: setting {var}: {shown!r}"), out.stderr
+        assert "hunter2" not in out.stderr + out.stdout
 
 
 @pytest.mark.slow
