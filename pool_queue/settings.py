@@ -480,9 +480,8 @@ def check_env(path: str | None) -> None:
         shown = os.path.abspath(path)
         with open(path, encoding="utf-8", errors="replace") as f:
             for b in parse_stream(f):
-                if b.error or (b.key is not None and not b.key.isidentifier()):
-                    raise SetupError(f"{shown}, line {b.original.line}{_first_name(b.original.string)} is not "
-                                     "NAME=VALUE: fix or delete that line")  # fmt: skip
+                if b.error:  # named by its number only: any of its words may be a secret
+                    raise SetupError(f"{shown}, line {b.original.line} is not NAME=VALUE: fix or delete that line")
                 if b.key is not None:
                     given.append((b.key, f"in {shown}"))
     known = {name for field in Settings.model_fields for name in env_names(field)} | OTHER_VARIABLES
@@ -493,13 +492,6 @@ def check_env(path: str | None) -> None:
         near = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
         hint = f" (did you mean {near[0]}?)" if near else ""
         print(f"warning: {name} {where} is read by no pool-* command{hint}", file=sys.stderr)
-
-
-def _first_name(line: str) -> str:
-    """The name a broken env-file line starts with, to find it by; never the rest, which may be a secret
-    (`REDIS_PASSWORD hunter2`)."""
-    word = line.strip().removeprefix("export ").split("=", 1)[0].split(maxsplit=1)
-    return f" (it starts with {word[0]})" if word and word[0].isidentifier() and len(word[0]) <= 64 else ""
 
 
 def load_settings(**overrides: Any) -> Settings:
