@@ -23,8 +23,11 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     settings = cli_settings(args)
     protocol = load_protocol(settings)
-    if args.out.resolve() == settings.results_dir.resolve():
-        fail("--out must differ from the results root")
+    results = settings.results_dir.resolve()
+    written = [args.out.resolve() / "results" / "pool", args.out.resolve() / PARQUET]  # the folders it fills
+    if any(w.is_relative_to(results) or results.is_relative_to(w) for w in written):
+        fail(f"--out {args.out} would write the export among the rows of the results root {settings.results_dir} "
+             "(the store would read them as its own): choose a folder outside it")  # fmt: skip
     store = Store(settings.results_dir, protocol.fingerprint, named=settings.results_named())
     store.require_screen("export")
     counts = export(store, sorted(protocol.steps), output_dir(args.out))

@@ -3,6 +3,7 @@ package's layout and as Parquet with the row schema, written `BATCH` rows at a t
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import orjson
@@ -20,7 +21,8 @@ def export(store: Store, steps: list[int], out: Path) -> dict[int, tuple[int, in
     """Per step: its rows, and the rows of the export it replaced (None: none was there). Streamed `BATCH`
     winners at a time, so memory stays flat whatever the pool's size (each row holds every forward's top-20:
     a step's rows at once took 1.5 GB at 30,000 items). Each file is written under a private name and
-    renamed over the old one, so an export cut short leaves the earlier one whole, never a half file."""
+    renamed over the old one, so a file is the earlier export's or this one's, never half of one; an export
+    cut short says which steps it replaced."""
     counts: dict[int, tuple[int, int | None]] = {}
     (out / PARQUET).mkdir(parents=True, exist_ok=True)
     for step in steps:
@@ -39,10 +41,13 @@ def export(store: Store, steps: list[int], out: Path) -> dict[int, tuple[int, in
             part_j.replace(jsonl)
             part_p.replace(parquet)
         except OSError as e:  # a full disk: pyarrow's errors name no file
-            raise SetupError(f"cannot write the export under {out}: {e.strerror or e}") from None
+            done = ", ".join(map(str, counts))
+            kept = f"; step(s) {done} were replaced, the rest keep the earlier export" if counts else ""
+            raise SetupError(f"cannot write the export under {out}: {e.strerror or e}{kept}") from None
         finally:
-            part_j.unlink(missing_ok=True)
-            part_p.unlink(missing_ok=True)
+            for part in (part_j, part_p):
+                with contextlib.suppress(OSError):  # a read-only folder refuses even the unlink of what is not there
+                    part.unlink(missing_ok=True)
         counts[step] = (winners.num_rows, before)
     return counts
 

@@ -330,6 +330,24 @@ def test_a_mistyped_results_folder_is_refused_by_every_command_that_reads_one_an
     assert report.read_bytes() == before and not typo.exists() and not (pool_root.parent / "out").exists()
 
 
+def test_an_export_that_would_land_among_the_stores_rows_is_refused(pool_root):
+    """`--out` the package root (its results/pool is the store's own folder) or the results root itself: the
+    store would read the export's files as segments, each item twice. A folder beside them is fine."""
+    bin_, env = Path(sys.executable).parent, {**os.environ, "POOL_ENV_FILE": ""}
+    results = pool_root / "results" / "pool"
+    Store(results, Protocol().fingerprint).claim()
+    before = sorted(p.relative_to(pool_root) for p in pool_root.rglob("*"))
+    for out in (pool_root, results, results / "x"):
+        x = subprocess.run([str(bin_ / "pool-export"), "--root", str(pool_root), "--out", str(out)],
+                           capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+        assert x.returncode == 2 and x.stderr.count("\n") == 1, x.stderr
+        assert f"would write the export among the rows of the results root {results}" in x.stderr, x.stderr
+    assert sorted(p.relative_to(pool_root) for p in pool_root.rglob("*")) == before
+    beside = subprocess.run([str(bin_ / "pool-export"), "--root", str(pool_root), "--out", str(pool_root / "export")],
+                            capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    assert beside.returncode == 0 and (pool_root / "export" / "parquet" / "step1.parquet").is_file(), beside.stderr
+
+
 def _export_reads_as_one_table(root: Path, out: Path) -> None:
     """Every step's Parquet file has the one schema: duckdb, pyarrow and pandas read them together, and
     a per-benchmark removal query gives the report's numbers."""  # (pandas reads what pyarrow reads)
