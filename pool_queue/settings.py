@@ -278,12 +278,15 @@ class Settings(BaseSettings):
         """`3:64` or `1:256,3:64`: a batch for the servers of the steps named; a bare number stays one for all."""
         if not isinstance(v, str) or ":" not in v:
             return v
-        out: dict[int, str] = {}
+        out: dict[int, int] = {}
         for part in filter(None, (p.strip() for p in v.split(","))):
-            step, sep, seqs = part.partition(":")
-            if not (sep and step.strip().isdigit() and int(step) >= 1):
-                raise ValueError(f"{v!r}: give one number, or STEP:NUMBER pairs such as 3:64 or 1:256,3:64")
-            out[int(step)] = seqs.strip()
+            step, seqs = (x.strip() for x in part.partition(":")[::2])
+            if not all(x.isascii() and x.isdigit() and int(x) >= 1 for x in (step, seqs)):
+                raise ValueError(f"{v!r}: give one number, or STEP:NUMBER pairs of whole numbers from 1, such as "
+                                 "3:64 or 1:256,3:64")  # fmt: skip
+            if int(step) in out:
+                raise ValueError(f"{v!r}: step {int(step)} is given twice")
+            out[int(step)] = int(seqs)
         return out
 
     def max_seqs_for(self, steps: tuple[int, ...]) -> int | None:

@@ -23,7 +23,7 @@ import argparse
 from ..cli import add_allow_missing_frames, fail, load_protocol, number, parser, reports_errors
 from ..cli import settings as cli_settings
 from ..jobs.steps import run_steps
-from ..launch.bringup import LaunchRun, SimServers, launch
+from ..launch.bringup import LaunchRun, SimServers, check_max_seqs, launch
 from ..launch.plan import split_counts
 from ..protocol import Protocol
 from ..settings import url_from_file
@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     settings = cli_settings(args, allow_missing_frames=args.allow_missing_frames or None)
     protocol = load_protocol(settings)
     _check_args(args, protocol)
+    check_max_seqs(settings, protocol)
     sim = SimServers(args.sim_speed, args.sim_warmup_s, args.sim_gpu_gib) if args.sim else None
     folders = tuple(
         f"--{k.replace('_', '-')} {getattr(args, k)}" for k in ("root", "results", "protocol_file") if getattr(args, k)

@@ -313,16 +313,23 @@ def _say_what_waits(protocol: Protocol, screen: Screen, served: set[int]) -> Non
               file=sys.stderr)  # fmt: skip
 
 
+def check_max_seqs(settings: Settings, protocol: Protocol) -> None:
+    """MAX_SEQS per step, checked against the protocol before anything is planned (with or without --plan-only):
+    a step it lacks would size nothing, two batches for one server's steps cannot both hold. One line, exit 2."""
+    if isinstance(settings.max_seqs, dict) and (unknown := sorted(set(settings.max_seqs) - set(protocol.steps))):
+        fail(f"MAX_SEQS names {steps_label(tuple(unknown))}, which the protocol does not have (its steps: "
+             f"{', '.join(map(str, sorted(protocol.steps)))})")  # fmt: skip
+    for group in protocol.model_groups():
+        settings.max_seqs_for(group)
+
+
 def _sizes(
     settings: Settings, protocol: Protocol, servers: list[Server], gib: float | None
 ) -> dict[tuple[int, ...], Sizing]:
     """Batch and in-flight sizes per model group from the GPU's memory (`sizing.size`; a share of it when the
     models share the GPU, where step 3's batch needs its KV cache once: `sizing.coserve`). A GPU that cannot
     hold the model and one sequence is refused (one line, exit 2); one with room for only a small batch is
-    warned about, one line each. A MAX_SEQS for a step the protocol lacks is refused: it would size nothing."""
-    if isinstance(settings.max_seqs, dict) and (unknown := sorted(set(settings.max_seqs) - set(protocol.steps))):
-        fail(f"MAX_SEQS names {steps_label(tuple(unknown))}, which the protocol does not have (its steps: "
-             f"{', '.join(map(str, sorted(protocol.steps)))})")  # fmt: skip
+    warned about, one line each."""
     out = {
         v.steps: size(protocol, v.steps, gib, v.util or settings.gpu_util, settings.max_seqs_for(v.steps),
                       settings.workers, copies=1 if v.util and many_images(protocol, v.steps) else 2)

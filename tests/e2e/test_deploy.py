@@ -768,10 +768,11 @@ def test_a_gpu_too_small_for_the_8b_is_refused_before_any_server_and_a_small_one
                                    "Qwen/Qwen3-VL-8B-Instruct's weights take 16.4 GiB"), small.stderr  # fmt: skip
     assert "leaving 0.0 GiB of KV cache" in small.stderr and "GPU_UTIL=0.95 leaves 2.4 GiB" in small.stderr
     assert not (pool_root / "logs").exists() or not list((pool_root / "logs").glob("vllm_*"))
-    typo = subprocess.run([*launch, "--sim-gpu-gib", "80"], env={**env, "MAX_SEQS": "3:64,4:32"}, capture_output=True,
-                          text=True, timeout=120)  # a step the protocol lacks sizes nothing: refused  # fmt: skip
-    assert (typo.returncode, typo.stderr) == (2, "error: MAX_SEQS names step 4, which the protocol does not have "
-                                                 "(its steps: 1, 2, 3)\n"), typo.stderr  # fmt: skip
+    for plan in ([], ["--plan-only"]):  # a step the protocol lacks sizes nothing: refused, the plan too
+        typo = subprocess.run([*launch, "--sim-gpu-gib", "80", *plan], env={**env, "MAX_SEQS": "3:64,4:32"},
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert (typo.returncode, typo.stderr) == (2, "error: MAX_SEQS names step 4, which the protocol does not have "
+                                                     "(its steps: 1, 2, 3)\n"), typo.stderr  # fmt: skip
     assert not (pool_root / "logs").exists() or not list((pool_root / "logs").glob("vllm_*"))
     step3 = subprocess.run([*launch, "--step", "3", "--sim-gpu-gib", "16"], env=env, capture_output=True, text=True,
                            timeout=300)  # fmt: skip

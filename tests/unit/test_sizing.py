@@ -101,7 +101,7 @@ def test_max_seqs_per_step_sizes_the_server_of_those_steps_and_derives_the_other
     monkeypatch.setenv("MAX_SEQS", "1:256,2:128")  # one server serves steps 1 and 2: one batch
     with pytest.raises(SetupError, match=r"MAX_SEQS gives steps 1,2, which one server serves, different batches"):
         load_settings().max_seqs_for(TEXT)
-    for bad in ("3:0", "x:4", "3:", "3:abc", "0:8", "-1"):
+    for bad in ("3:0", "x:4", "3:", "3:abc", "0:8", "-1", "3:64,3:32", "\u00b2:64"):
         monkeypatch.setenv("MAX_SEQS", bad)
         with pytest.raises(ValidationError):
             load_settings()
