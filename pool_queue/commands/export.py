@@ -23,8 +23,8 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     settings = cli_settings(args)
     protocol = load_protocol(settings)
-    results = settings.results_dir.resolve()
-    written = [args.out.resolve() / "results" / "pool", args.out.resolve() / PARQUET]  # the folders it fills
+    results, out = settings.results_dir.resolve(), args.out.resolve()
+    written = [out / "results" / "pool", out / PARQUET]  # the folders it fills
     if any(w.is_relative_to(results) or results.is_relative_to(w) for w in written):
         fail(f"--out {args.out} would write the export among the rows of the results root {settings.results_dir} "
              "(the store would read them as its own): choose a folder outside it")  # fmt: skip
